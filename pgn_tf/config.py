@@ -1,0 +1,221 @@
+"""Typed configuration: dataclasses, paper presets, YAML/JSON files and `--set` overrides.
+
+A `Config` has four sections (`data`, `model`, `train`, `decode`). Entry points build one with
+`resolve(config_name_or_path, overrides)`; every run writes the resolved config next to its
+checkpoints (`config.json`), and later commands (evaluate, export, summarize) read it back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any
+
+import yaml
+
+
+@dataclasses.dataclass
+class DataConfig:
+    vocab_size: int = 50_000  # includes the 4 special tokens, as in See et al.'s code
+    max_enc_steps: int = 400  # article truncated to this many tokens
+    max_dec_steps: int = 100  # summary truncated to this many tokens (training)
+    vocab_path: str = ""  # "" = <model_dir>/vocab.txt, built from the training data if absent
+    min_count: int = 1  # words seen fewer times are left out of a built vocab
+    lowercase: bool = True
+    replace_digits: bool = False  # Rush et al.: every digit becomes '#'
+    shuffle_buffer: int = 10_000
+    bucket_by_length: bool = True
+
+
+@dataclasses.dataclass
+class ModelConfig:
+    model_type: str = "pointer_generator"
+    hidden_dim: int = 256
+    emb_dim: int = 128
+    pointer_gen: bool = True
+    coverage: bool = False
+    cov_loss_wt: float = 1.0  # lambda in See et al. eq. 13
+    rand_unif_init_mag: float = 0.02
+    trunc_norm_init_std: float = 1e-4
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    batch_size: int = 16  # global batch size, split across replicas
+    max_steps: int = 10_000
+    checkpoint_every: int = 500
+    eval_every: int = 500
+    eval_batches: int = 50  # eval loss is averaged over at most this many batches
+    log_every: int = 50
+    keep_checkpoints: int = 3
+    optimizer: str = "adagrad"
+    learning_rate: float = 0.15
+    adagrad_init_acc: float = 0.1
+    max_grad_norm: float = 2.0
+    seed: int = 1234
+
+
+@dataclasses.dataclass
+class DecodeConfig:
+    beam_size: int = 4
+    min_dec_steps: int = 35
+    max_dec_steps: int = 120
+    length_penalty: float = 0.0  # 0 = average log-prob (See et al.); >0 = GNMT alpha
+    block_trigrams: bool = False
+    avoid_unk: bool = False
+    batch_size: int = 32
+
+
+@dataclasses.dataclass
+class Config:
+    data: DataConfig = dataclasses.field(default_factory=DataConfig)
+    model: ModelConfig = dataclasses.field(default_factory=ModelConfig)
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Config:
+        cfg = cls()
+        for section, values in d.items():
+            if not hasattr(cfg, section):
+                raise ValueError(f"unknown config section '{section}'")
+            for key, value in values.items():
+                _set(cfg, f"{section}.{key}", value)
+        return cfg
+
+    def save(self, path: str) -> None:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def see2017_baseline() -> Config:
+    """See et al. (2017) section 5: the attentional seq2seq baseline (50k vocab)."""
+    cfg = Config()
+    cfg.model.pointer_gen = False
+    return cfg
+
+
+def see2017_pgn() -> Config:
+    """See et al. (2017): pointer-generator, trained without coverage."""
+    return Config()
+
+
+def see2017_coverage() -> Config:
+    """See et al. (2017): pointer-generator + coverage (lambda = 1), the final training phase."""
+    cfg = Config()
+    cfg.model.coverage = True
+    return cfg
+
+
+def tiny() -> Config:
+    """The quickstart's model: trains on the synthetic corpus in a couple of minutes on 2 CPUs."""
+    cfg = Config()
+    cfg.data = DataConfig(vocab_size=200, max_enc_steps=80, max_dec_steps=24, shuffle_buffer=2000)
+    cfg.model.hidden_dim = 64
+    cfg.model.emb_dim = 32
+    cfg.train = TrainConfig(
+        batch_size=32,
+        max_steps=600,
+        checkpoint_every=200,
+        eval_every=200,
+        eval_batches=5,
+        log_every=50,
+        learning_rate=0.15,
+    )
+    cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=3, max_dec_steps=30)
+    return cfg
+
+
+PRESETS = {
+    "see2017_baseline": see2017_baseline,
+    "see2017_pgn": see2017_pgn,
+    "see2017_coverage": see2017_coverage,
+    "tiny": tiny,
+}
+
+
+def _parse_value(text: str, current: Any) -> Any:
+    if isinstance(current, bool):
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected a boolean, got '{text}'")
+    if isinstance(current, int):
+        return int(text)
+    if isinstance(current, float):
+        return float(text)
+    return text
+
+
+def _set(cfg: Config, dotted: str, value: Any) -> None:
+    section_name, _, key = dotted.partition(".")
+    section = getattr(cfg, section_name, None)
+    if section is None or not dataclasses.is_dataclass(section) or not key:
+        sections = ", ".join(f.name for f in dataclasses.fields(Config))
+        raise ValueError(f"unknown config key '{dotted}' (sections: {sections})")
+    names = {f.name for f in dataclasses.fields(section)}
+    if key not in names:
+        raise ValueError(
+            f"unknown config key '{dotted}'; {section_name} has: {', '.join(sorted(names))}"
+        )
+    current = getattr(section, key)
+    if isinstance(value, str) and not isinstance(current, str):
+        try:
+            value = _parse_value(value, current)
+        except ValueError as e:
+            raise ValueError(f"bad value for '{dotted}': {e}") from None
+    elif isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    setattr(section, key, value)
+
+
+def load(name_or_path: str) -> Config:
+    """A preset by name, or a YAML/JSON file of sections (missing keys keep their defaults)."""
+    if name_or_path in PRESETS:
+        return PRESETS[name_or_path]()
+    if os.path.isfile(name_or_path):
+        with open(name_or_path) as f:
+            d = yaml.safe_load(f) or {}
+        if not isinstance(d, dict):
+            raise ValueError(f"config file {name_or_path} must hold a mapping of sections")
+        base = d.pop("preset", None)
+        cfg = load(base) if base else Config()
+        for section, values in d.items():
+            for key, value in (values or {}).items():
+                _set(cfg, f"{section}.{key}", value)
+        return cfg
+    raise ValueError(
+        f"unknown config '{name_or_path}': not a file and not a preset "
+        f"({', '.join(sorted(PRESETS))})"
+    )
+
+
+def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
+    """Applies `section.key=value` strings in order."""
+    for item in overrides or []:
+        if "=" not in item:
+            raise ValueError(f"--set expects section.key=value, got '{item}'")
+        key, value = item.split("=", 1)
+        _set(cfg, key.strip(), value.strip())
+    return cfg
+
+
+def resolve(name_or_path: str | None, overrides: list[str] | None = None) -> Config:
+    cfg = load(name_or_path) if name_or_path else Config()
+    return apply_overrides(cfg, overrides)
+
+
+def load_from_model_dir(model_dir: str) -> Config:
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{model_dir} has no config.json: is it a pgn_tf model dir?")
+    with open(path) as f:
+        return Config.from_dict(json.load(f))

@@ -1,0 +1,1 @@
+"""Corpus readers, the TFRecord schema and the tf.data input function."""

@@ -1,0 +1,245 @@
+"""The tf.data input function: records -> tokens -> padded, bucketed batches of model features.
+
+Batch features (B = batch, L = article tokens, T = decoder steps, M = article OOVs):
+    enc_ids      int32  [B, L]  vocab ids, [UNK] for OOVs, [PAD] after the article
+    enc_ext_ids  int32  [B, L]  extended-vocab ids (OOV k of the article -> V + k)
+    enc_len      int32  [B]
+    dec_input    int32  [B, T]  [START] w_1 ... (vocab ids only)
+    target       int32  [B, T]  w_1 ... [STOP]  (extended ids for pointer models, else [UNK])
+    dec_len      int32  [B]
+    oovs         string [B, M]  the article's OOV words, first-occurrence order
+    num_oovs     int32  [B]
+    article, summary, id  string [B]  raw text, for evaluation and TensorBoard samples
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import tensorflow as tf
+
+from pgn_tf import text, vocab as vocab_lib
+from pgn_tf.config import DataConfig
+from pgn_tf.data import tfrecord
+from pgn_tf.data.example import ReadStats
+
+FORMATS = ("tfrecord", "jsonl", "story", "see_bin", "tfds")
+
+
+def detect_format(path: str) -> str:
+    if path.startswith("tfds:"):
+        return "tfds"
+    if tf.io.gfile.isdir(path):
+        return "story"
+    base = path.lower()
+    if base.endswith((".jsonl", ".jsonl.gz", ".json.gz", ".json")):
+        return "jsonl"
+    if base.endswith(".bin"):
+        return "see_bin"
+    return "tfrecord"
+
+
+def read_examples(path: str, fmt: str, stats: ReadStats):
+    """Iterates Examples of any supported format (the readers count what they drop)."""
+    from pgn_tf.data import jsonl, see_bin, stories, tfds_reader
+
+    if fmt == "jsonl":
+        return jsonl.read_jsonl(path, stats)
+    if fmt == "story":
+        return stories.read_stories(path, stats)
+    if fmt == "see_bin":
+        return see_bin.read_see_bin(path, stats)
+    if fmt == "tfds":
+        spec = path[len("tfds:") :]
+        data_dir, _, split = spec.partition(":")
+        return tfds_reader.read_tfds(data_dir, split or "train", stats=stats)
+    raise ValueError(f"unknown data format '{fmt}' (one of {', '.join(FORMATS)})")
+
+
+def resolve_files(path: str, cache_dir: str, fmt: str | None = None) -> list[str]:
+    """TFRecord files for a data path of any format.
+
+    TFRecords (a file or glob) are used in place and validated; other formats are converted
+    once into `cache_dir` (keyed by the source's name, size and mtime) and reused after.
+    Raises ValueError naming the path when it is missing, empty or unreadable.
+    """
+    if not path:
+        raise ValueError("no data path given")
+    fmt = fmt or detect_format(path)
+    if fmt == "tfrecord":
+        files = sorted(tf.io.gfile.glob(path))
+        if not files:
+            raise ValueError(f"data path {path} matches no file")
+        n = tfrecord.validate_tfrecords(files)
+        if n == 0:
+            raise ValueError(f"data path {path} holds no records")
+        return files
+    src = path[len("tfds:") :].split(":")[0] if fmt == "tfds" else path
+    if not tf.io.gfile.exists(src):
+        raise ValueError(f"data path {src} does not exist")
+    stat = os.stat(src) if os.path.exists(src) else None
+    key = f"{os.path.abspath(path)}|{stat.st_size if stat else 0}|{stat.st_mtime if stat else 0}"
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
+    prefix = os.path.join(cache_dir, f"{os.path.basename(src.rstrip('/')) or 'data'}-{digest}")
+    done = prefix + ".done"
+    if tf.io.gfile.exists(done):
+        return sorted(tf.io.gfile.glob(prefix + "-*.tfrecord"))
+    tf.io.gfile.makedirs(cache_dir)
+    stats = ReadStats()
+    files = tfrecord.write_tfrecords(read_examples(path, fmt, stats), prefix, 1)
+    if stats.kept == 0:
+        for fn in files:
+            tf.io.gfile.remove(fn)
+        raise ValueError(f"data path {path} holds no usable examples ({stats.summary()})")
+    with tf.io.gfile.GFile(done, "w") as f:
+        f.write(stats.summary() + "\n")
+    if stats.dropped:
+        print(f"[pgn_tf] {path}: {stats.summary()}")
+    return files
+
+
+def tokenize_fn(cfg: DataConfig):
+    """Per-example map: raw strings -> article tokens [<= L] and summary tokens [<= T]."""
+
+    def fn(record: dict) -> dict:
+        article = text.tokenize(
+            record["article"], cfg.lowercase, cfg.replace_digits, max_chars=cfg.max_enc_steps * 20
+        )[: cfg.max_enc_steps]
+        summary = text.tokenize(
+            tf.strings.regex_replace(record["summary"], "\n", " "),
+            cfg.lowercase,
+            cfg.replace_digits,
+            max_chars=cfg.max_dec_steps * 20,
+        )[: cfg.max_dec_steps]
+        return dict(record, enc_tokens=article, dec_tokens=summary)
+
+    return fn
+
+
+def encode_articles(enc_tokens: tf.Tensor, vocab: vocab_lib.Vocab) -> dict:
+    """Article features from padded tokens: string [B, L] ("" pad) -> enc_* / oovs features.
+
+    Shared by tf.data and the exported serving graph.
+    """
+    mask = tf.not_equal(enc_tokens, "")
+    ids = tf.cast(vocab.lookup_table.lookup(enc_tokens), tf.int32)
+    ids = tf.where(mask, ids, vocab_lib.PAD_ID)
+    ext, oovs, num_oovs = vocab_lib.extend_vocab(enc_tokens, ids, mask, vocab.size)
+    return {
+        "enc_ids": ids,
+        "enc_ext_ids": ext,
+        "enc_len": tf.reduce_sum(tf.cast(mask, tf.int32), axis=1),
+        "oovs": oovs,
+        "num_oovs": num_oovs,
+    }
+
+
+def encode_batch(batch: dict, vocab: vocab_lib.Vocab, max_dec_steps: int, pointer_gen: bool) -> dict:
+    """Batched map: padded tokens -> model features (module docstring), See et al.'s target
+    convention: input [START] w_1..w_n, target w_1..w_n [STOP], both cut to max_dec_steps."""
+    feats = encode_articles(batch["enc_tokens"], vocab)
+    dec_tokens = batch["dec_tokens"]  # [B, T'] with T' <= max_dec_steps
+    dec_mask = tf.not_equal(dec_tokens, "")
+    n = tf.reduce_sum(tf.cast(dec_mask, tf.int32), axis=1)  # [B]
+    dec_ids = tf.where(dec_mask, tf.cast(vocab.lookup_table.lookup(dec_tokens), tf.int32), 0)
+    if pointer_gen:
+        tgt = vocab_lib.target_ext_ids(dec_tokens, dec_ids, feats["oovs"], vocab.size)
+    else:
+        tgt = dec_ids
+    b = tf.shape(dec_ids)[0]
+    start = tf.fill([b, 1], vocab_lib.START_ID)
+    dec_input = tf.concat([start, dec_ids], axis=1)[:, :max_dec_steps]  # [B, T]
+    target = tf.concat([tgt, tf.zeros([b, 1], tf.int32)], axis=1)
+    positions = tf.range(tf.shape(target)[1])[None, :]
+    target = tf.where(tf.equal(positions, n[:, None]), vocab_lib.STOP_ID, target)
+    target = target[:, :max_dec_steps]  # [B, T]
+    dec_len = tf.minimum(n + 1, max_dec_steps)
+    valid = tf.range(tf.shape(dec_input)[1])[None, :] < dec_len[:, None]
+    feats.update(
+        dec_input=tf.where(valid, dec_input, 0),
+        target=tf.where(valid, target, 0),
+        dec_len=dec_len,
+        article=batch["article"],
+        summary=batch["summary"],
+        id=batch["id"],
+    )
+    return feats
+
+
+def make_dataset(
+    files: list[str],
+    vocab: vocab_lib.Vocab,
+    cfg: DataConfig,
+    batch_size: int,
+    pointer_gen: bool,
+    training: bool,
+    seed: int | None = None,
+    drop_empty: bool | None = None,
+) -> tf.data.Dataset:
+    """Batches of features (module docstring). Training: shuffled, repeated forever, bucketed by
+    article length; evaluation: one pass in file order, every example kept."""
+    drop_empty = training if drop_empty is None else drop_empty
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    if training:
+        ds = ds.shuffle(len(files), seed=seed).repeat()
+    ds = ds.interleave(
+        tf.data.TFRecordDataset,
+        cycle_length=min(4, len(files)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=not training,
+    )
+    if training:
+        ds = ds.shuffle(cfg.shuffle_buffer, seed=seed)
+    ds = ds.map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(tokenize_fn(cfg), num_parallel_calls=tf.data.AUTOTUNE)
+    if drop_empty:
+        ds = ds.filter(
+            lambda d: tf.logical_and(tf.size(d["enc_tokens"]) > 0, tf.size(d["dec_tokens"]) > 0)
+        )
+    pad = {"enc_tokens": [None], "dec_tokens": [None], "article": [], "summary": [], "id": []}
+    pad_values = {k: "" for k in pad}
+    if training and cfg.bucket_by_length and cfg.max_enc_steps >= 8:
+        bounds = [cfg.max_enc_steps // 4, cfg.max_enc_steps // 2, 3 * cfg.max_enc_steps // 4]
+        ds = ds.bucket_by_sequence_length(
+            lambda d: tf.size(d["enc_tokens"]),
+            bucket_boundaries=[b + 1 for b in bounds],
+            bucket_batch_sizes=[batch_size] * (len(bounds) + 1),
+            padded_shapes=pad,
+            padding_values=pad_values,
+            drop_remainder=True,
+        )
+    else:
+        ds = ds.padded_batch(
+            batch_size, padded_shapes=pad, padding_values=pad_values, drop_remainder=training
+        )
+    ds = ds.map(
+        lambda b: encode_batch(b, vocab, cfg.max_dec_steps, pointer_gen),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def build_vocab(files: list[str], cfg: DataConfig) -> vocab_lib.Vocab:
+    """Counts article and summary tokens of the training records with the model's tokenizer."""
+    import collections
+
+    counter: collections.Counter = collections.Counter()
+    ds = tf.data.TFRecordDataset(files).map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(256).map(
+        lambda d: tf.concat(
+            [
+                text.tokenize(d["article"], cfg.lowercase, cfg.replace_digits).flat_values,
+                text.tokenize(
+                    tf.strings.regex_replace(d["summary"], "\n", " "),
+                    cfg.lowercase,
+                    cfg.replace_digits,
+                ).flat_values,
+            ],
+            axis=0,
+        ),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
+    for tokens in ds.as_numpy_iterator():
+        counter.update(t.decode("utf-8") for t in tokens)
+    return vocab_lib.Vocab.from_counter(counter, cfg.vocab_size, cfg.min_count)

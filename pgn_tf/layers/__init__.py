@@ -1,0 +1,1 @@
+"""Keras layers, one concept each (attention, pointer, encoder, decoder cell)."""

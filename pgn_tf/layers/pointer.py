@@ -1,0 +1,108 @@
+"""The pointer-generator mixture of See et al. (2017), section 2.2.
+
+    p_gen = sigmoid(w_h*^T h*_t + w_s^T s_t + w_x^T x_t + b_ptr)                   (8)
+    P(w)  = p_gen P_vocab(w) + (1 - p_gen) sum_{i: w_i = w} a_i^t                   (9)
+
+`final_distribution` builds P over the extended vocabulary with a scatter-add (decoding);
+`target_log_prob` computes log P(w*) for the reference words only, without materialising the
+[batch, time, vocab + oovs] tensor (training): the two agree (tests/layers/test_pointer.py).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+_NEG = -1e30  # log-probability of an impossible event; finite, so no inf - inf = NaN
+
+
+class PointerSwitch(keras.layers.Layer):
+    """The generation probability gate, eq. 8, as a logit (sigmoid applied by the caller in log
+    space for stability).
+
+    Call args: features: list of float32 [batch, d_k] tensors, concatenated (See et al.'s code
+    uses [h*_t, s_t.c, s_t.h, x_t]: 2H + H + H + E inputs, plus b_ptr = 1153 weights for the
+    paper's sizes). Returns: float32 [batch, 1] logit.
+
+    Example:
+      >>> sw = PointerSwitch(); sw.build(6)
+      >>> p_gen = tf.sigmoid(sw([tf.zeros([2, 4]), tf.zeros([2, 2])]))
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.dense = keras.layers.Dense(1, name="p_gen")
+
+    def build(self, input_dim: int):
+        self.dense.build((None, input_dim))
+        self.built = True
+
+    def call(self, features):
+        return self.dense(tf.concat(features, axis=-1))
+
+
+def scatter_copy(attn: tf.Tensor, enc_ext_ids: tf.Tensor, ext_size) -> tf.Tensor:
+    """sum_{i: w_i = w} a_i for every w of the extended vocab.
+
+    attn: float [batch, src_len]; enc_ext_ids: int32 [batch, src_len] -> float [batch, ext_size].
+    """
+    b = tf.shape(attn)[0]
+    batch_idx = tf.broadcast_to(tf.range(b)[:, None], tf.shape(enc_ext_ids))
+    indices = tf.stack([batch_idx, enc_ext_ids], axis=-1)  # [B, L, 2]
+    return tf.scatter_nd(indices, attn, tf.stack([b, ext_size]))  # duplicates add up
+
+
+def final_distribution(
+    vocab_dist: tf.Tensor,
+    attn: tf.Tensor,
+    p_gen: tf.Tensor,
+    enc_ext_ids: tf.Tensor,
+    num_extra: tf.Tensor,
+) -> tf.Tensor:
+    """Eq. 9 over the extended vocabulary.
+
+    Args:
+      vocab_dist: float [batch, V]; attn: float [batch, src_len]; p_gen: float [batch, 1];
+      enc_ext_ids: int32 [batch, src_len]; num_extra: scalar int, the OOV slots M.
+    Returns: float [batch, V + M].
+    """
+    vocab_part = tf.pad(p_gen * vocab_dist, [[0, 0], [0, num_extra]])
+    ext_size = tf.shape(vocab_dist)[1] + num_extra
+    return vocab_part + scatter_copy((1.0 - p_gen) * attn, enc_ext_ids, ext_size)
+
+
+def target_log_prob(
+    logits: tf.Tensor,
+    target: tf.Tensor,
+    attn: tf.Tensor | None = None,
+    p_gen_logit: tf.Tensor | None = None,
+    enc_ext_ids: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """log P(w*_t) of eq. 9 (or eq. 5 for the baseline when attn is None), for each step.
+
+    Args:
+      logits: float [batch, T, V] pre-softmax vocabulary scores.
+      target: int32 [batch, T] extended-vocab ids.
+      attn: float [batch, T, src_len]; p_gen_logit: float [batch, T]; enc_ext_ids: int32
+        [batch, src_len].
+    Returns: float32 [batch, T]. Finite for p_gen in {0, 1}, for targets absent from both
+    distributions, and for empty articles (attn all zero).
+    """
+    logits = tf.cast(logits, tf.float32)
+    v = tf.shape(logits)[-1]
+    lse = tf.reduce_logsumexp(logits, axis=-1)  # [B, T]
+    in_vocab = target < v
+    tgt_logit = tf.gather(logits, tf.minimum(target, v - 1), batch_dims=2)
+    log_p_vocab = tf.where(in_vocab, tgt_logit - lse, _NEG)
+    if attn is None:
+        return log_p_vocab
+    attn = tf.cast(attn, tf.float32)
+    hit = tf.cast(tf.equal(enc_ext_ids[:, None, :], target[:, :, None]), tf.float32)
+    copy = tf.reduce_sum(attn * hit, axis=-1)  # [B, T]
+    # log(copy) where it is positive; the clamp's zero gradient keeps copy = 0 NaN-free.
+    log_copy = tf.where(copy > 0, tf.math.log(tf.maximum(copy, 1e-30)), _NEG)
+    z = tf.cast(p_gen_logit, tf.float32)
+    return tf.reduce_logsumexp(
+        tf.stack([tf.math.log_sigmoid(z) + log_p_vocab, tf.math.log_sigmoid(-z) + log_copy], -1),
+        axis=-1,
+    )

@@ -1,0 +1,88 @@
+"""The one tokenizer, written with core `tf.strings` ops only.
+
+The same function runs in the Beam pipeline, in tf.data and inside the exported SavedModel, so
+training and serving cannot drift apart. No tf.text custom kernels: an exported graph that
+contains one fails under `saved_model_cli run` / TF Serving builds without tf.text linked.
+
+Tokenization (PTB-like, as in See et al.'s preprocessed CNN/DM): invalid UTF-8 is replaced,
+text is lowercased, punctuation is split off, English clitics ('s n't 'll 're 've 'm 'd) become
+their own tokens, then the text is split on whitespace.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+# Splitting rules, applied in order with RE2 (tf.strings.regex_replace).
+_RULES = (
+    # quotes and brackets always stand alone
+    (r"([\"“”‘’`(){}\[\]<>])", r" \1 "),
+    # sentence and clause punctuation, except inside numbers (3.5, 1,000) and abbreviations
+    (r"([,;:!?])", r" \1 "),
+    (r"\.(\s|$)", r" . \1"),
+    (r"\.\.\.", r" ... "),
+    # an apostrophe at a word edge is a quote (before the clitic split creates new edges)
+    (r"(\s|^)'(\S)", r"\1' \2"),
+    (r"(\S)'(\s|$)", r"\1 '\2"),
+    # clitics
+    (r"(\w)n't\b", r"\1 n't"),
+    (r"(\w)'(s|ll|re|ve|m|d)\b", r"\1 '\2"),
+)
+
+
+def normalize(text: tf.Tensor, lowercase: bool = True, replace_digits: bool = False) -> tf.Tensor:
+    """Valid, optionally lowercased UTF-8. text: string [...] -> string [...]."""
+    text = tf.strings.unicode_transcode(
+        text, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD
+    )
+    if lowercase:
+        text = tf.strings.lower(text, encoding="utf-8")
+    if replace_digits:
+        text = tf.strings.regex_replace(text, r"[0-9]", "#")
+    return text
+
+
+def tokenize(
+    text: tf.Tensor,
+    lowercase: bool = True,
+    replace_digits: bool = False,
+    max_chars: int | None = None,
+) -> tf.RaggedTensor:
+    """Splits text into tokens.
+
+    Args:
+      text: string [batch] (or a scalar, giving a 1-D result).
+      max_chars: if set, only the first max_chars bytes are read: an article of 50 MB costs no
+        more than one of max_chars (callers pass ~20x the token budget).
+
+    Returns:
+      tokens: string RaggedTensor [batch, None] (or a string [None] tensor for a scalar input).
+    """
+    text = tf.convert_to_tensor(text, tf.string)
+    if max_chars is not None:
+        # A cut inside a multi-byte character is repaired by normalize()'s transcode.
+        text = tf.strings.substr(text, 0, max_chars, unit="BYTE")
+    text = normalize(text, lowercase, replace_digits)
+    for pattern, rewrite in _RULES:
+        text = tf.strings.regex_replace(text, pattern, rewrite)
+    return tf.strings.split(text)
+
+
+def tokenize_py(text: str, lowercase: bool = True, replace_digits: bool = False) -> list[str]:
+    """Eager convenience wrapper around tokenize() for one Python string."""
+    tokens = tokenize(tf.constant([text]), lowercase, replace_digits)
+    return [t.decode("utf-8") for t in tokens[0].numpy().tolist()]
+
+
+def join_tokens(tokens: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
+    """Space-joins tokens. tokens: string [batch, len]; mask: bool [batch, len] -> string [batch]."""
+    if mask is not None:
+        tokens = tf.ragged.boolean_mask(tokens, mask)
+    return tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+
+
+def detokenize(text: tf.Tensor) -> tf.Tensor:
+    """Undoes the punctuation split for display: 'it 's fine .' -> "it's fine."."""
+    text = tf.strings.regex_replace(text, r" ([.,;:!?)\]}]|'s|'ll|'re|'ve|'m|'d|n't)(\s|$)", r"\1\2")
+    text = tf.strings.regex_replace(text, r"([(\[{]) ", r"\1")
+    return tf.strings.strip(text)
