@@ -178,6 +178,7 @@ def target_ext_ids(
     Returns: int32 [batch, tgt_len].
     """
     dec_ids = tf.cast(dec_ids, tf.int32)
+    oovs = tf.pad(oovs, [[0, 0], [0, 1]])  # a batch without OOVs would leave argmax no axis
     match = tf.logical_and(
         tf.equal(dec_tokens[:, :, None], oovs[:, None, :]), tf.not_equal(oovs, "")[:, None, :]
     )  # [B, T, M]

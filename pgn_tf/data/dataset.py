@@ -19,7 +19,8 @@ import os
 
 import tensorflow as tf
 
-from pgn_tf import text, vocab as vocab_lib
+from pgn_tf import text
+from pgn_tf import vocab as vocab_lib
 from pgn_tf.config import DataConfig
 from pgn_tf.data import tfrecord
 from pgn_tf.data.example import ReadStats
@@ -122,6 +123,8 @@ def encode_articles(enc_tokens: tf.Tensor, vocab: vocab_lib.Vocab) -> dict:
 
     Shared by tf.data and the exported serving graph.
     """
+    # At least one column, so a batch of empty articles still has shape [B, 1].
+    enc_tokens = tf.pad(enc_tokens, [[0, 0], [0, tf.maximum(0, 1 - tf.shape(enc_tokens)[1])]])
     mask = tf.not_equal(enc_tokens, "")
     ids = tf.cast(vocab.lookup_table.lookup(enc_tokens), tf.int32)
     ids = tf.where(mask, ids, vocab_lib.PAD_ID)

@@ -6,6 +6,7 @@ Text stays raw in the records (DESIGN.md); tokenization happens in-graph at read
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 
 import tensorflow as tf
@@ -77,7 +78,8 @@ def validate_tfrecords(files: list[str]) -> int:
             for rec in ds.take(1):
                 parse(rec)
         except (tf.errors.DataLossError, tf.errors.InvalidArgumentError) as e:
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            msg = getattr(e, "message", str(e)).strip() or type(e).__name__
+            msg = re.sub(r"\{\{.*?\}\}\s*|\s*\[Op:.*$|\s*name:\s*$", "", msg.splitlines()[0])
             raise ValueError(f"data file {fn} is not a readable TFRecord of pgn_tf examples: {msg}") from None
         total += n
     return total

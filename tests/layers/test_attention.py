@@ -1,0 +1,51 @@
+import numpy as np
+import tensorflow as tf
+
+from pgn_tf.layers.attention import BahdanauAttention, masked_softmax
+from tests.helpers import run_layer_test
+
+
+def _np_attention(layer, enc, mask, query, coverage):
+    """See et al. eq. 11, 2, 3 in NumPy."""
+    w_h = layer.w_h.kernel.numpy()
+    w_s, b = layer.w_s.kernel.numpy(), layer.w_s.bias.numpy()
+    v, w_c = layer.v.numpy(), layer.w_c.numpy()
+    e = np.tanh(enc @ w_h + (query @ w_s + b)[:, None, :] + coverage[:, :, None] * w_c) @ v
+    e = np.where(mask, e, -np.inf)
+    a = np.exp(e - e.max(-1, keepdims=True))
+    a = a / a.sum(-1, keepdims=True)
+    return np.einsum("bl,bld->bd", a, enc), a
+
+
+def test_matches_numpy_reference_with_coverage_and_mask():
+    rng = np.random.default_rng(0)
+    layer = BahdanauAttention(6, use_coverage=True)
+    layer.build((None, None, 4), 5)
+    layer.w_c.assign(rng.normal(size=6).astype("float32"))
+    enc = rng.normal(size=(2, 3, 4)).astype("float32")
+    mask = np.array([[True, True, True], [True, True, False]])
+    query = rng.normal(size=(2, 5)).astype("float32")
+    cov = rng.uniform(size=(2, 3)).astype("float32")
+    ctx, attn = layer(layer.precompute(enc), enc, mask, query, cov)
+    ref_ctx, ref_attn = _np_attention(layer, enc, mask, query, cov)
+    np.testing.assert_allclose(attn.numpy(), ref_attn, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ctx.numpy(), ref_ctx, rtol=1e-5, atol=1e-6)
+    assert attn.numpy()[1, 2] == 0.0
+
+
+def test_empty_article_gives_zero_attention_not_nan():
+    probs = masked_softmax(tf.zeros([2, 3]), tf.constant([[False] * 3, [True, False, False]]))
+    np.testing.assert_array_equal(probs.numpy(), [[0, 0, 0], [1, 0, 0]])
+
+
+def test_layer_contract():
+    enc = tf.random.normal([2, 3, 4])
+    run_layer_test(
+        BahdanauAttention,
+        {"attn_dim": 4, "use_coverage": True},
+        build=lambda layer: layer.build((None, None, 4), 4),
+        call=lambda layer: layer(layer.precompute(enc), enc, tf.ones([2, 3], bool),
+                                 tf.random.normal([2, 4]), tf.random.uniform([2, 3])),
+        expected_num_weights=5,  # W_h, W_s, b_attn, v, w_c
+        expected_shapes=[(2, 4), (2, 3)],
+    )
