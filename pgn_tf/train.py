@@ -26,13 +26,10 @@ import tensorflow as tf
 from pgn_tf import config as config_lib
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset, synthetic
+from pgn_tf.errors import UserError, run_cli
 from pgn_tf.models import build_model
 
 NUMERIC_KEYS = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target", "dec_len")
-
-
-class UserError(Exception):
-    """A problem the user can fix; printed as one line by the CLI."""
 
 
 def numeric_features(batch: dict) -> dict:
@@ -401,13 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        run(args)
-    except (UserError, ValueError, FileNotFoundError) as e:
-        print(f"pgn_tf.train: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+    return run_cli("pgn_tf.train", run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

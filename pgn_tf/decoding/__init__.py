@@ -1,0 +1,1 @@
+"""Search strategies written once against `step_fn(ids, step, state)`: beam, greedy, sampling."""

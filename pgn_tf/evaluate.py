@@ -1,0 +1,240 @@
+"""`python -m pgn_tf.evaluate`: decode a split and score it.
+
+    python -m pgn_tf.evaluate --model_dir DIR --data PATH [--limit N] [--beam_size K]
+        [--output_dir OUT] [--set decode.block_trigrams=true]
+    python -m pgn_tf.evaluate --baseline lead --lead_sentences 3 --data PATH   # no model
+
+Reports ROUGE-1/2/Lsum F1 (rouge-score, stemmed, sentences on separate lines for rougeLsum,
+bootstrap 95% intervals), average summary length, % duplicate 1-4-grams and sentences (See et
+al. Fig. 4), % novel 1-4-grams w.r.t. the article (Fig. 6), mean p_gen, [UNK] rate, and the
+share of outputs that repeat a token. Writes decoded.jsonl, decoded.txt, reference.txt and
+metrics.json to --output_dir (default <model_dir>/eval_<split name>).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from pgn_tf import config as config_lib
+from pgn_tf import text
+from pgn_tf.data import dataset, tfrecord
+from pgn_tf.data.example import Example, ReadStats
+from pgn_tf.errors import UserError, run_cli
+from pgn_tf.inference import Summarizer, tokens_to_sentences
+
+
+def read_split(path: str, fmt: str | None, limit: int | None) -> list[Example]:
+    fmt = fmt or dataset.detect_format(path)
+    if fmt == "tfrecord":
+        files = sorted(tf.io.gfile.glob(path))
+        if not files:
+            raise UserError(f"data path {path} matches no file")
+        tfrecord.validate_tfrecords(files)
+        it = tfrecord.read_tfrecords(path)
+    else:
+        src = path.split(":")[1] if fmt == "tfds" else path
+        if not tf.io.gfile.exists(src):
+            raise UserError(f"data path {src} does not exist")
+        it = dataset.read_examples(path, fmt, ReadStats())
+    out = []
+    for ex in it:
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(ex)
+    if not out:
+        raise UserError(f"data path {path} holds no examples")
+    return out
+
+
+def tokenize_texts(texts: list[str], cfg: config_lib.DataConfig) -> list[list[str]]:
+    out = []
+    for i in range(0, len(texts), 512):
+        rag = text.tokenize(tf.constant(texts[i : i + 512]), cfg.lowercase, cfg.replace_digits)
+        out += [[t.decode("utf-8") for t in row] for row in rag.to_list()]
+    return out
+
+
+def reference_text(summary: str, cfg: config_lib.DataConfig) -> str:
+    sents = [s for s in summary.split("\n") if s.strip()]
+    return "\n".join(" ".join(toks) for toks in tokenize_texts(sents, cfg)) if sents else ""
+
+
+def lead(article_tokens: list[str], sentences: int | None, words: int | None) -> list[str]:
+    if words is not None:
+        return article_tokens[:words]
+    out, n = [], 0
+    for t in article_tokens:
+        out.append(t)
+        if t in (".", "!", "?"):
+            n += 1
+            if n >= sentences:
+                break
+    return out
+
+
+def ngrams(tokens: list[str], n: int) -> list[tuple]:
+    return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+
+
+def repetition_and_novelty(decoded: list[list[str]], articles: list[list[str]]) -> dict:
+    """See et al. Fig. 4 (duplicates within a summary) and Fig. 6 (n-grams not in the article)."""
+    stats = {}
+    for n in (1, 2, 3, 4):
+        dup = tot = novel = 0
+        for toks, art in zip(decoded, articles):
+            grams = ngrams(toks, n)
+            tot += len(grams)
+            dup += len(grams) - len(set(grams))
+            source = set(ngrams(art, n))
+            novel += sum(g not in source for g in grams)
+        stats[f"dup_{n}gram_pct"] = round(100 * dup / tot, 2) if tot else 0.0
+        stats[f"novel_{n}gram_pct"] = round(100 * novel / tot, 2) if tot else 0.0
+    sd = st = 0
+    for toks in decoded:
+        sents = [s for s in tokens_to_sentences(toks).split("\n") if s]
+        st += len(sents)
+        sd += len(sents) - len(set(sents))
+    stats["dup_sentence_pct"] = round(100 * sd / st, 2) if st else 0.0
+    stats["repeat_token_outputs_pct"] = round(
+        100 * np.mean([len(t) != len(set(t)) for t in decoded]), 2) if decoded else 0.0
+    stats["unk_outputs_pct"] = round(100 * np.mean(["[UNK]" in t for t in decoded]), 2)
+    stats["avg_summary_tokens"] = round(float(np.mean([len(t) for t in decoded])), 2)
+    return stats
+
+
+def rouge(decoded: list[str], references: list[str], bootstrap: int = 1000, seed: int = 0) -> dict:
+    """ROUGE-1/2/Lsum F1 x100 with bootstrap 95% intervals (rouge-score)."""
+    from rouge_score import rouge_scorer, scoring
+
+    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeLsum"], use_stemmer=True)
+    np.random.seed(seed)  # BootstrapAggregator resamples with numpy's global generator
+    agg = scoring.BootstrapAggregator(confidence_interval=0.95, n_samples=bootstrap)
+    for d, r in zip(decoded, references):
+        agg.add_scores(scorer.score(r, d))
+    result = agg.aggregate()
+    out = {}
+    for key, name in (("rouge1", "rouge1"), ("rouge2", "rouge2"), ("rougeLsum", "rougeLsum")):
+        s = result[key]
+        out[name] = round(100 * s.mid.fmeasure, 2)
+        out[f"{name}_ci95"] = [round(100 * s.low.fmeasure, 2), round(100 * s.high.fmeasure, 2)]
+    return out
+
+
+def decode_examples(summarizer: Summarizer, examples: list[Example], batch_size: int,
+                    beam_size: int | None, want_pgen: bool = True, verbose: int = 1):
+    """Batched in-graph decoding; returns (token lists, per-summary mean p_gen, seconds)."""
+    fn = tf.function(
+        lambda a: summarizer.summarize(a, beam_size=beam_size, verbose=want_pgen),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+    import keras
+
+    bar = keras.utils.Progbar(len(examples), verbose=verbose, interval=5.0)
+    tokens, pgens = [], []
+    t0 = time.perf_counter()
+    for i in range(0, len(examples), batch_size):
+        chunk = [e.article for e in examples[i : i + batch_size]]
+        out = fn(tf.constant(chunk))
+        lengths = out["length"].numpy()
+        for row, n in zip(out["tokens"].numpy(), lengths):
+            tokens.append([t.decode("utf-8") for t in row[:n]])
+        if want_pgen and "p_gen" in out:
+            for row, n in zip(out["p_gen"].numpy(), lengths):
+                pgens.append(float(np.mean(row[:n])) if n else float("nan"))
+        bar.update(min(i + batch_size, len(examples)))
+    return tokens, pgens, time.perf_counter() - t0
+
+
+def evaluate(args) -> dict:
+    if args.baseline and args.baseline != "lead":
+        raise UserError(f"unknown --baseline '{args.baseline}' (lead)")
+    if args.baseline:
+        cfg = config_lib.Config()
+        if args.model_dir:
+            cfg = config_lib.load_from_model_dir(args.model_dir)
+    else:
+        if not args.model_dir:
+            raise UserError("--model_dir is required unless --baseline is given")
+        summarizer = Summarizer.from_model_dir(args.model_dir, args.checkpoint)
+        cfg = summarizer.cfg
+        config_lib.apply_overrides(cfg, args.set)
+    examples = read_split(args.data, args.data_format, args.limit)
+    art_tokens = tokenize_texts([e.article for e in examples], cfg.data)
+    references = [reference_text(e.summary, cfg.data) for e in examples]
+    pgens: list[float] = []
+    if args.baseline:
+        words = args.lead_words
+        sentences = None if words is not None else args.lead_sentences
+        decoded = [lead(a, sentences, words) for a in art_tokens]
+        seconds = 0.0
+        name = f"lead{words}w" if words is not None else f"lead{sentences}"
+    else:
+        batch = args.batch_size or cfg.decode.batch_size
+        decoded, pgens, seconds = decode_examples(
+            summarizer, examples, batch, args.beam_size, want_pgen=cfg.model.pointer_gen,
+            verbose=0 if args.quiet else 1)
+        name = "model"
+    # Articles as the model saw them (truncated) for novelty, as See et al. measure it.
+    metrics = {"system": name, "examples": len(examples)}
+    metrics.update(rouge([tokens_to_sentences(d) for d in decoded], references, args.bootstrap))
+    metrics.update(repetition_and_novelty(decoded, art_tokens))
+    ref_tokens = [r.split() for r in references]
+    metrics["reference_repeat_token_pct"] = repetition_and_novelty(ref_tokens, art_tokens)[
+        "repeat_token_outputs_pct"]
+    if pgens:
+        metrics["mean_p_gen"] = round(float(np.nanmean(pgens)), 4)
+    if seconds:
+        metrics["decode_seconds"] = round(seconds, 2)
+        metrics["articles_per_sec"] = round(len(examples) / seconds, 2)
+        metrics["beam_size"] = args.beam_size or cfg.decode.beam_size
+    out_dir = args.output_dir or (
+        os.path.join(args.model_dir, "eval_" + os.path.basename(args.data.rstrip("/")).split(".")[0])
+        if args.model_dir else None)
+    if out_dir:
+        os.makedirs(out_dir, exist_ok=True)
+        with open(os.path.join(out_dir, "decoded.jsonl"), "w") as f:
+            for ex, d, r in zip(examples, decoded, references):
+                f.write(json.dumps({"id": ex.id, "decoded": " ".join(d), "reference": r}) + "\n")
+        with open(os.path.join(out_dir, "decoded.txt"), "w") as f:
+            f.writelines(" ".join(d) + "\n" for d in decoded)
+        with open(os.path.join(out_dir, "reference.txt"), "w") as f:
+            f.writelines(r.replace("\n", " ") + "\n" for r in references)
+        with open(os.path.join(out_dir, f"metrics_{name}.json"), "w") as f:
+            json.dump(metrics, f, indent=2)
+        metrics["output_dir"] = out_dir
+    print(json.dumps(metrics))
+    return metrics
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.evaluate", description=__doc__.splitlines()[0])
+    p.add_argument("--model_dir")
+    p.add_argument("--data", required=True)
+    p.add_argument("--data_format", choices=dataset.FORMATS)
+    p.add_argument("--limit", type=int)
+    p.add_argument("--beam_size", type=int)
+    p.add_argument("--batch_size", type=int)
+    p.add_argument("--output_dir")
+    p.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--baseline", help="'lead': score the lead baseline instead of a model")
+    p.add_argument("--lead_sentences", type=int, default=3)
+    p.add_argument("--lead_words", type=int)
+    p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("--quiet", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli("pgn_tf.evaluate", evaluate, build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
