@@ -1,0 +1,1 @@
+"""TF Serving-compatible serving for pgn_tf exports: a gRPC + REST server, a client, configs."""

@@ -1,0 +1,81 @@
+"""`python -m serving.client --server localhost:8500 --model_name NAME [TEXT | -] [--rest]`
+
+Talks to serving.server or a stock tensorflow_model_server with the unmodified
+tensorflow-serving-api stubs (gRPC) or TF Serving's REST API (--rest, --server host:8501).
+
+    from serving.client import summarize
+    summaries = summarize("localhost:8500", "pgn", ["an article ..."])
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.error
+import urllib.request
+
+import grpc
+import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+
+def summarize(server: str, model_name: str, articles: list[str], signature: str = "serving_default",
+              version: int | None = None, timeout: float = 60.0) -> list[str]:
+    """Summaries of `articles` over gRPC."""
+    request = predict_pb2.PredictRequest()
+    request.model_spec.name = model_name
+    request.model_spec.signature_name = signature
+    if version is not None:
+        request.model_spec.version.value = version
+    request.inputs["articles"].CopyFrom(
+        tf.make_tensor_proto([a.encode("utf-8") for a in articles], dtype=tf.string))
+    with grpc.insecure_channel(server, options=[("grpc.max_send_message_length", 256 * 2**20),
+                                                ("grpc.max_receive_message_length", 256 * 2**20)]) as ch:
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+        response = stub.Predict(request, timeout=timeout)
+    return [s.decode("utf-8", "replace") for s in tf.make_ndarray(response.outputs["summaries"])]
+
+
+def summarize_rest(server: str, model_name: str, articles: list[str],
+                   signature: str = "serving_default", version: int | None = None,
+                   timeout: float = 60.0) -> list[str]:
+    """Summaries of `articles` over REST (`instances` row format)."""
+    path = f"/v1/models/{model_name}" + (f"/versions/{version}" if version else "") + ":predict"
+    body = json.dumps({"signature_name": signature, "instances": articles}).encode()
+    req = urllib.request.Request(f"http://{server}{path}", data=body,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            preds = json.loads(r.read())["predictions"]
+    except urllib.error.HTTPError as e:
+        raise RuntimeError(f"HTTP {e.code}: {e.read().decode('utf-8', 'replace')}") from None
+    return [p["summaries"] if isinstance(p, dict) else p for p in preds]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m serving.client", description=__doc__.splitlines()[0])
+    p.add_argument("text", nargs="?", help="the article, or - (default) for standard input")
+    p.add_argument("--server", default="localhost:8500")
+    p.add_argument("--model_name", default="pgn")
+    p.add_argument("--signature", default="serving_default")
+    p.add_argument("--version", type=int)
+    p.add_argument("--rest", action="store_true", help="use the REST API (server is host:rest_port)")
+    p.add_argument("--timeout", type=float, default=60.0)
+    args = p.parse_args(argv)
+    text = sys.stdin.read() if args.text in (None, "-") else args.text
+    fn = summarize_rest if args.rest else summarize
+    try:
+        out = fn(args.server, args.model_name, [text], args.signature, args.version, args.timeout)
+    except grpc.RpcError as e:
+        print(f"serving.client: error: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    except (RuntimeError, OSError) as e:
+        print(f"serving.client: error: {e}", file=sys.stderr)
+        return 1
+    print(out[0])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
