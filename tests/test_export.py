@@ -1,0 +1,74 @@
+"""The SavedModel: signatures, plain saved_model_cli, core ops only, bad input."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
+
+from pgn_tf import export
+from pgn_tf.errors import UserError
+from pgn_tf.inference import Summarizer
+
+ARTICLE = ("zorblax , a pilot from quenton , sold 5512 boxes of apples on friday . "
+           "officials said zorblax sold 5512 boxes of apples .")
+
+
+def test_signatures_and_versioned_layout(exported):
+    base, name, path = exported
+    assert path == os.path.join(base, name, "1")
+    assert not [d for d in os.listdir(os.path.join(base, name)) if d.startswith(".tmp")]
+    loaded = tf.saved_model.load(path)
+    assert set(loaded.signatures) == {"serving_default", "summarize_verbose", "summarize_options"}
+    out = loaded.signatures["summarize_verbose"](articles=tf.constant([ARTICLE, ""]))
+    assert set(out) == {"summaries", "scores", "tokens", "attention", "p_gen"}
+    assert out["attention"].shape[0] == 2 and out["attention"].shape[1] == out["tokens"].shape[1]
+    opt = loaded.signatures["summarize_options"](
+        articles=tf.constant([ARTICLE]), beam_size=tf.constant(1),
+        max_decode_steps=tf.constant(3), min_decode_steps=tf.constant(0))
+    assert len(opt["summaries"].numpy()[0].split()) <= 3
+
+
+def test_graph_holds_core_ops_only(exported):
+    _, _, path = exported
+    sm = saved_model_pb2.SavedModel.FromString(open(os.path.join(path, "saved_model.pb"), "rb").read())
+    ops = {n.op for n in sm.meta_graphs[0].graph_def.node}
+    for f in sm.meta_graphs[0].graph_def.library.function:
+        ops |= {n.op for n in f.node_def}
+    fn_names = {f.signature.name for f in sm.meta_graphs[0].graph_def.library.function}
+    unknown = {op for op in ops - fn_names if op not in tf.raw_ops.__dict__}
+    assert not unknown, unknown
+    assert not any("Xla" in op for op in ops)
+
+
+def test_saved_model_cli_returns_the_in_process_summary(exported, trained_model_dir):
+    _, _, path = exported
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # A process that never imports tensorflow_text: only core ops may be needed.
+    code = ("import sys; from tensorflow.python.tools import saved_model_cli as c; "
+            "assert 'tensorflow_text' not in sys.modules; c.main()")
+    proc = subprocess.run(
+        [sys.executable, "-c", code, "run", "--dir", path, "--tag_set", "serve",
+         "--signature_def", "serving_default", "--input_exprs", f"articles=[{ARTICLE!r}]"],
+        capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    want = Summarizer.from_model_dir(trained_model_dir).summarize(tf.constant([ARTICLE]))
+    assert repr(want["summaries"].numpy()[0]) in proc.stdout
+
+
+def test_bad_articles_through_the_saved_model(exported):
+    _, _, path = exported
+    fn = tf.saved_model.load(path).signatures["serving_default"]
+    batch = tf.constant([b"", b"   ", b"word " * 100_000, b"\xff\xfe\xc3 bad", ARTICLE.encode()])
+    out = fn(articles=batch)
+    assert out["summaries"].shape == (5,) and np.all(np.isfinite(out["scores"].numpy()))
+
+
+def test_export_refuses_to_overwrite_and_checks_model_dir(exported, trained_model_dir, tmp_path):
+    base, name, _ = exported
+    with pytest.raises(UserError, match="already exists"):
+        export.export(trained_model_dir, base, name, version=1, check=False)
+    assert export.main(["--model_dir", str(tmp_path), "--export_base", str(tmp_path)]) == 2
