@@ -23,5 +23,6 @@ setup(
         "pyyaml>=6",
         "numpy>=1.26",
     ],
-    extras_require={"test": ["pytest>=8", "ruff>=0.6"]},
+    # importlib_resources: tensorflow-datasets needs it to prepare the TFDS fixture in the tests.
+    extras_require={"test": ["pytest>=8", "ruff>=0.6", "importlib_resources>=6"]},
 )

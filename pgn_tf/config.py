@@ -47,6 +47,7 @@ class TrainConfig:
     checkpoint_every: int = 500
     eval_every: int = 500
     eval_batches: int = 50  # eval loss is averaged over at most this many batches
+    eval_samples: int = 3  # decoded validation samples + attention maps in TensorBoard per eval
     log_every: int = 50
     keep_checkpoints: int = 3
     optimizer: str = "adagrad"

@@ -11,35 +11,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
-import time
 
 import tensorflow as tf
 
 from pgn_tf import evaluate, export, train
 from pgn_tf.errors import run_cli
 from pgn_tf.inference import Summarizer
-
-
-def start_server(base_path: str, model_name: str) -> tuple[subprocess.Popen, int, int]:
-    """serving.server in a child process on free ports; returns (process, grpc port, rest port)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "serving.server", "--model_name", model_name, "--model_base_path",
-         base_path, "--port", "0", "--rest_api_port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("READY"):
-            fields = dict(kv.split("=") for kv in line.split()[1:])
-            return proc, int(fields["grpc"]), int(fields["rest"])
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise RuntimeError("serving.server did not start")
 
 
 def run(args) -> None:
@@ -67,6 +45,7 @@ def run(args) -> None:
 
     print("\n== 4. serving it and sending one gRPC request")
     from serving.client import summarize
+    from serving.process import start_server, stop_server
 
     proc, grpc_port, rest_port = start_server(os.path.join(base, "pgn"), "pgn")
     try:
@@ -74,8 +53,7 @@ def run(args) -> None:
         answer = summarize(f"localhost:{grpc_port}", "pgn", [article])[0]
         print(f"server on localhost:{grpc_port} (REST {rest_port}) answered: {answer}")
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        stop_server(proc)
     print("\nquickstart done: model, export and TensorBoard logs in", args.workdir)
     print(f"  tensorboard --logdir {model_dir}")
 

@@ -143,6 +143,7 @@ class Trainer:
         self.eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
         self._train_step = None
         self._eval_step = None
+        self._samples = None
 
     # -- compiled steps ---------------------------------------------------------------------
 
@@ -226,6 +227,38 @@ class Trainer:
         count = sums.pop("count")
         return {("loss" if k == "total" else k): v / count for k, v in sums.items()}
 
+    def log_samples(self, step: int, num: int = 3) -> None:
+        """Decodes a few validation articles into TensorBoard: text (article, reference,
+        summary) and the attention heatmap with p_gen of each."""
+        from pgn_tf import visualize
+        from pgn_tf.data import tfrecord
+        from pgn_tf.inference import Summarizer
+
+        if self._samples is None:
+            examples = []
+            for ex in tfrecord.read_tfrecords(self.eval_files[0]):
+                examples.append(ex)
+                if len(examples) == num:
+                    break
+            summarizer = Summarizer(self.model, self.vocab, self.cfg)
+            fn = tf.function(lambda a: summarizer.summarize(a, verbose=True),
+                             input_signature=[tf.TensorSpec([None], tf.string)])
+            self._samples = (examples, fn)
+        examples, fn = self._samples
+        if not examples:
+            return
+        out = fn(tf.constant([e.article for e in examples]))
+        with self.eval_writer.as_default(step=step):
+            for i, ex in enumerate(examples):
+                n = int(out["length"][i])
+                summary = out["summaries"].numpy()[i].decode("utf-8", "replace")
+                src_len = int(tf.reduce_sum(tf.cast(out["source_tokens"][i] != b"", tf.int32)))
+                tf.summary.text(f"sample_{i}", f"**article:** {ex.article[:500]}\n\n"
+                                f"**reference:** {ex.summary}\n\n**decoded:** {summary}")
+                image = visualize.attention_image(out["attention"].numpy()[i][:n, :src_len],
+                                                  out["p_gen"].numpy()[i][:n], scale=4)
+                tf.summary.image(f"attention_{i}", image[None])
+
     # -- the loop ---------------------------------------------------------------------------
 
     def _best_loss(self) -> float:
@@ -294,6 +327,8 @@ class Trainer:
                             tf.summary.scalar(k, v)
                     print(f"\n[pgn_tf] step {step}: eval loss {ev['loss']:.4f}", flush=True)
                     self._maybe_save_best(ev)
+                    if tcfg.eval_samples:
+                        self.log_samples(step, tcfg.eval_samples)
                     last["eval_loss"] = ev["loss"]
         self.train_writer.flush()
         self.eval_writer.flush()

@@ -51,6 +51,11 @@ def test_mirrored_run_writes_checkpoints_config_vocab_and_tensorboard(trained):
     for e in tf.compat.v1.train.summary_iterator(events[0]):
         tags |= {v.tag for v in e.summary.value}
     assert {"loss", "grad_norm", "p_gen_mean", "examples_per_sec"} <= tags
+    tags = set()
+    for fn in tf.io.gfile.glob(str(model_dir / "eval" / "events.*")):
+        for e in tf.compat.v1.train.summary_iterator(fn):
+            tags |= {v.tag for v in e.summary.value}
+    assert {"loss", "sample_0", "attention_0"} <= tags
 
 
 def test_resume_continues_from_the_last_step_with_identical_variables(trained, tmp_path):

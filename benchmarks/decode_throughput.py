@@ -1,0 +1,84 @@
+"""Decoding speed: articles/s of in-process beam search and of the exported SavedModel.
+
+    python benchmarks/decode_throughput.py --model_dir runs/quickstart/model \
+        [--data validation.jsonl.gz] [--articles 256] [--beams 1 4] [--batches 1 32]
+
+Each (beam, batch) cell decodes the same articles after one warm-up batch and prints
+articles/s; a JSON line per cell follows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+
+from benchmarks.common import articles_from, emit  # noqa: E402
+from pgn_tf import export  # noqa: E402
+from pgn_tf.inference import Summarizer  # noqa: E402
+
+
+def time_fn(fn, articles: list[str], batch: int) -> tuple[float, float]:
+    """(articles/s, mean output tokens)."""
+    fn(articles[:batch])  # warm-up (tracing)
+    n = (len(articles) // batch) * batch
+    t0 = time.perf_counter()
+    lengths = []
+    for i in range(0, n, batch):
+        out = fn(articles[i : i + batch])
+        lengths.append(float(tf.reduce_mean(tf.cast(tf.strings.length(out), tf.float32))))
+    return n / (time.perf_counter() - t0), sum(lengths) / len(lengths)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model_dir", required=True)
+    p.add_argument("--data")
+    p.add_argument("--articles", type=int, default=256)
+    p.add_argument("--beams", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    p.add_argument("--max_steps", type=int, help="decode.max_dec_steps override")
+    p.add_argument("--min_steps", type=int, help="decode.min_dec_steps override")
+    p.add_argument("--skip_saved_model", action="store_true")
+    a = p.parse_args()
+    articles = articles_from(a.data, a.articles)[: a.articles]
+    summarizer = Summarizer.from_model_dir(a.model_dir)
+    if a.max_steps:
+        summarizer.cfg.decode.max_dec_steps = a.max_steps
+    if a.min_steps is not None:
+        summarizer.cfg.decode.min_dec_steps = a.min_steps
+    saved = None
+    if not a.skip_saved_model:
+        tmp = tempfile.mkdtemp()
+        path = export.export(a.model_dir, tmp, "bench", version=1, check=False)
+        saved = tf.saved_model.load(path).signatures["summarize_options"]
+    dc = summarizer.cfg.decode
+    for beam in a.beams:
+        fn = tf.function(lambda x, beam=beam: summarizer.summarize(x, beam_size=beam)["summaries"],
+                         input_signature=[tf.TensorSpec([None], tf.string)])
+        for batch in a.batches:
+            rate, chars = time_fn(lambda x, fn=fn: fn(tf.constant(x)), articles, batch)
+            emit("decode_in_process", {"beam": beam, "batch": batch, "articles_per_sec": round(rate, 2),
+                                       "mean_summary_chars": round(chars, 1),
+                                       "max_dec_steps": dc.max_dec_steps, "articles": len(articles)})
+            if saved is not None:
+                def run_saved(x, beam=beam):
+                    return saved(articles=tf.constant(x), beam_size=tf.constant(beam),
+                                 max_decode_steps=tf.constant(dc.max_dec_steps),
+                                 min_decode_steps=tf.constant(dc.min_dec_steps))["summaries"]
+
+                rate, chars = time_fn(run_saved, articles, batch)
+                emit("decode_saved_model", {"beam": beam, "batch": batch,
+                                            "articles_per_sec": round(rate, 2),
+                                            "max_dec_steps": dc.max_dec_steps,
+                                            "articles": len(articles)})
+
+
+if __name__ == "__main__":
+    main()
