@@ -20,9 +20,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import grpc  # noqa: E402
+from tensorflow_serving.apis import prediction_service_pb2_grpc  # noqa: E402
 
 from benchmarks.common import articles_from, emit, percentiles  # noqa: E402
-from serving.client import summarize  # noqa: E402
+from serving.client import make_request, summarize  # noqa: E402
 from serving.process import start_server, stop_server  # noqa: E402
 
 
@@ -33,16 +34,19 @@ def load(port: int, model: str, articles: list[str], concurrency: int, seconds: 
 
     def worker(k: int) -> None:
         i = k
+        channel = grpc.insecure_channel(f"127.0.0.1:{port}")  # one connection per client
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         while time.monotonic() < stop_at:
             t0 = time.perf_counter()
             try:
-                summarize(f"127.0.0.1:{port}", model, [articles[i % len(articles)]], timeout=120)
+                stub.Predict(make_request(model, [articles[i % len(articles)]]), timeout=120)
                 with lock:
                     latencies.append(time.perf_counter() - t0)
             except grpc.RpcError as e:
                 with lock:
                     failures.append(e.code().name)
             i += concurrency
+        channel.close()
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(concurrency)]
     t0 = time.perf_counter()

@@ -287,11 +287,19 @@ class Trainer:
         progbar = keras.utils.Progbar(tcfg.max_steps, verbose=verbose, stateful_metrics=None,
                                       interval=5.0)
         it = iter(self.train_ds)
-        t_window = time.perf_counter()
         window_steps, window_ex = 0, 0
         t0 = time.perf_counter()
         steady = {"steps": 0, "seconds": 0.0, "src_tokens": 0.0}
         last = {}
+        if start == 0 and self.eval_files:  # where the eval loss starts, for the curve
+            ev = self.evaluate()
+            if ev:
+                with self.eval_writer.as_default(step=0):
+                    for k, v in ev.items():
+                        tf.summary.scalar(k, v)
+                print(f"[pgn_tf] step 0: eval loss {ev['loss']:.4f}", flush=True)
+                last["initial_eval_loss"] = ev["loss"]
+        t_window = time.perf_counter()
         for step in range(start + 1, tcfg.max_steps + 1):
             report = self.train_step(next(it))
             self.step.assign(step)

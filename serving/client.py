@@ -20,9 +20,8 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 
-def summarize(server: str, model_name: str, articles: list[str], signature: str = "serving_default",
-              version: int | None = None, timeout: float = 60.0) -> list[str]:
-    """Summaries of `articles` over gRPC."""
+def make_request(model_name: str, articles: list[str], signature: str = "serving_default",
+                 version: int | None = None) -> predict_pb2.PredictRequest:
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature
@@ -30,6 +29,13 @@ def summarize(server: str, model_name: str, articles: list[str], signature: str 
         request.model_spec.version.value = version
     request.inputs["articles"].CopyFrom(
         tf.make_tensor_proto([a.encode("utf-8") for a in articles], dtype=tf.string))
+    return request
+
+
+def summarize(server: str, model_name: str, articles: list[str], signature: str = "serving_default",
+              version: int | None = None, timeout: float = 60.0) -> list[str]:
+    """Summaries of `articles` over gRPC."""
+    request = make_request(model_name, articles, signature, version)
     with grpc.insecure_channel(server, options=[("grpc.max_send_message_length", 256 * 2**20),
                                                 ("grpc.max_receive_message_length", 256 * 2**20)]) as ch:
         stub = prediction_service_pb2_grpc.PredictionServiceStub(ch)
