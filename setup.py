@@ -20,6 +20,7 @@ setup(
         "protobuf>=5.28,<7",
         "rouge-score>=0.1.2,<0.2",
         "apache-beam>=2.70,<3",
+        "google-crc32c>=1.5,<2",  # Beam's WriteToTFRecord checksums (its fast path)
         "pyyaml>=6",
         "numpy>=1.26",
     ],

@@ -18,27 +18,36 @@ def _open(path: str):
     return f
 
 
+def parse_line(raw: bytes, default_id: str, stats: ReadStats) -> Example | None:
+    """One JSONL line -> Example; a malformed line is counted in `stats` and gives None.
+
+    Blank lines are not records (None, nothing counted)."""
+    if not raw.strip():
+        return None
+    stats.read += 1
+    try:
+        d = json.loads(raw.decode("utf-8", errors="replace"))
+    except json.JSONDecodeError:
+        stats.drop("malformed json")
+        return None
+    if not isinstance(d, dict):
+        stats.drop("not a json object")
+        return None
+    article, summary = d.get("article"), d.get("summary")
+    if not isinstance(article, str) or not isinstance(summary, str):
+        stats.drop("missing article or summary")
+        return None
+    return Example(article, summary, str(d.get("id", default_id)))
+
+
 def read_jsonl(path: str, stats: ReadStats | None = None) -> Iterator[Example]:
     """Yields Examples; malformed lines are counted in `stats` and skipped, never fatal."""
     stats = stats if stats is not None else ReadStats()
     with _open(path) as f:
         for lineno, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            stats.read += 1
-            try:
-                d = json.loads(raw.decode("utf-8", errors="replace"))
-            except json.JSONDecodeError:
-                stats.drop("malformed json")
-                continue
-            if not isinstance(d, dict):
-                stats.drop("not a json object")
-                continue
-            article, summary = d.get("article"), d.get("summary")
-            if not isinstance(article, str) or not isinstance(summary, str):
-                stats.drop("missing article or summary")
-                continue
-            yield Example(article, summary, str(d.get("id", f"{path}:{lineno}")))
+            ex = parse_line(raw, f"{path}:{lineno}", stats)
+            if ex is not None:
+                yield ex
 
 
 def write_jsonl(examples, path: str) -> int:

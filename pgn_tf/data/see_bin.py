@@ -27,34 +27,39 @@ def read_see_bin(path: str, stats: ReadStats | None = None) -> Iterator[Example]
     stats = stats if stats is not None else ReadStats()
     for fn in sorted(tf.io.gfile.glob(path)):
         with tf.io.gfile.GFile(fn, "rb") as f:
-            index = 0
-            while True:
-                len_bytes = f.read(8)
-                if not len_bytes:
-                    break
-                stats.read += 1
-                if len(len_bytes) < 8:
-                    stats.drop("truncated record")
-                    break
-                (n,) = struct.unpack("q", len_bytes)
-                payload = f.read(n) if 0 <= n < (1 << 31) else b""
-                if n < 0 or len(payload) != n:
-                    stats.drop("truncated record")
-                    break
-                try:
-                    ex = tf.train.Example.FromString(payload)
-                except Exception:  # protobuf raises DecodeError; any failure means a bad record
-                    stats.drop("undecodable record")
-                    break
-                feats = ex.features.feature
-                if "article" not in feats or "abstract" not in feats:
-                    stats.drop("missing article or abstract")
-                    continue
-                article = feats["article"].bytes_list.value[0].decode("utf-8", "replace")
-                abstract = feats["abstract"].bytes_list.value[0].decode("utf-8", "replace")
-                sents = abstract_to_sentences(abstract)
-                yield Example(article, "\n".join(sents), f"{fn}:{index}")
-                index += 1
+            yield from read_see_bin_file(f, fn, stats)
+
+
+def read_see_bin_file(f, name: str, stats: ReadStats) -> Iterator[Example]:
+    """The records of one open binary file; ids are `name:index`."""
+    index = 0
+    while True:
+        len_bytes = f.read(8)
+        if not len_bytes:
+            return
+        stats.read += 1
+        if len(len_bytes) < 8:
+            stats.drop("truncated record")
+            return
+        (n,) = struct.unpack("q", len_bytes)
+        payload = f.read(n) if 0 <= n < (1 << 31) else b""
+        if n < 0 or len(payload) != n:
+            stats.drop("truncated record")
+            return
+        try:
+            ex = tf.train.Example.FromString(payload)
+        except Exception:  # protobuf raises DecodeError; any failure means a bad record
+            stats.drop("undecodable record")
+            return
+        feats = ex.features.feature
+        if "article" not in feats or "abstract" not in feats:
+            stats.drop("missing article or abstract")
+            continue
+        article = feats["article"].bytes_list.value[0].decode("utf-8", "replace")
+        abstract = feats["abstract"].bytes_list.value[0].decode("utf-8", "replace")
+        sents = abstract_to_sentences(abstract)
+        yield Example(article, "\n".join(sents), f"{name}:{index}")
+        index += 1
 
 
 def write_see_bin(examples, path: str) -> None:

@@ -45,12 +45,23 @@ def read_stories(path: str, stats: ReadStats | None = None) -> Iterator[Example]
     else:
         files = sorted(tf.io.gfile.glob(path))
     for fn in files:
-        stats.read += 1
         with tf.io.gfile.GFile(fn, "rb") as f:
-            text = f.read().decode("utf-8", errors="replace")
-        article, highlights = parse_story(text)
-        if not highlights:
-            stats.drop("no @highlight")
-            continue
-        story_id = os.path.basename(fn)[: -len(".story")] if fn.endswith(".story") else fn
-        yield Example(article, "\n".join(highlights), story_id)
+            ex = story_example(f.read(), fn, stats)
+        if ex is not None:
+            yield ex
+
+
+def story_id(path: str) -> str:
+    """The story's name without `.story`: See et al.'s sha1 of its URL for CNN/DM."""
+    base = os.path.basename(path)
+    return base[: -len(".story")] if base.endswith(".story") else path
+
+
+def story_example(data: bytes, path: str, stats: ReadStats) -> Example | None:
+    """One .story file's bytes -> Example; None (counted) when it has no @highlight."""
+    stats.read += 1
+    article, highlights = parse_story(data.decode("utf-8", errors="replace"))
+    if not highlights:
+        stats.drop("no @highlight")
+        return None
+    return Example(article, "\n".join(highlights), story_id(path))

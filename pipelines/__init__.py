@@ -1,0 +1,1 @@
+"""Apache Beam preprocessing and the TFX-style flow preprocess -> train -> evaluate/bless -> push."""

@@ -1,0 +1,427 @@
+"""`python -m pipelines.preprocess`: raw corpus -> split, deduplicated TFRecord shards + vocab.
+
+    python -m pipelines.preprocess --input 'stories/*.story' --format story --output_dir OUT \
+        --vocab_size 50000 [--split train=0.9,validation=0.05,test=0.05 | --split_files url_lists/] \
+        [--runner DirectRunner] [other Beam pipeline options]
+
+An Apache Beam pipeline, so a corpus too large for one machine runs unchanged on any Beam
+runner (Dataflow, Flink, Spark); here it runs on the DirectRunner. Files are read and written
+through Beam's file systems (local paths, gs://, s3://, hdfs://), nothing is assumed local.
+
+    read (jsonl | story | see_bin | tfds)       malformed records counted, never fatal
+      -> tokenize (pgn_tf.text.tokenize, the model's own tokenizer, batched)
+      -> drop empty articles / summaries        counted
+      -> dedupe by the hash of the tokenized article (one record kept per article: lowest id)
+      -> split: by a hash of the id, or by the CNN/DM url lists (`--split_files`)
+      -> OUT/<split>-SSSSS-of-NNNNN.tfrecord    (pgn_tf.data.tfrecord's schema: raw text)
+      -> OUT/vocab.txt                          (training split's tokens, Beam combiners)
+      -> OUT/stats.json                         read = dropped + duplicates + sum(splits)
+
+Every count comes from Beam metrics, so the summary is the same on any runner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+
+import apache_beam as beam
+from apache_beam.io import fileio
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Metrics, MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from pgn_tf.data.example import Example, ReadStats
+from pgn_tf.errors import UserError, run_cli
+
+FORMATS = ("jsonl", "story", "see_bin", "tfds")
+NAMESPACE = "pgn_tf.preprocess"
+# CNN/DM's url lists (See et al.'s cnn-dailymail repo) -> our split names.
+URL_LISTS = {"all_train.txt": "train", "all_val.txt": "validation", "all_test.txt": "test"}
+
+
+# -- counting -------------------------------------------------------------------------------
+
+
+def _report(stats: ReadStats) -> None:
+    """Moves a reader's ReadStats into Beam counters (read, dropped: <reason>)."""
+    Metrics.counter(NAMESPACE, "read").inc(stats.read)
+    for reason, n in stats.dropped.items():
+        Metrics.counter(NAMESPACE, f"dropped: {reason}").inc(n)
+
+
+def _drop(reason: str) -> None:
+    Metrics.counter(NAMESPACE, f"dropped: {reason}").inc()
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _parse_jsonl_line(raw: bytes):
+    from pgn_tf.data import jsonl
+
+    stats = ReadStats()
+    # Without an id in the record, the article's hash is a stable one on any runner.
+    ex = jsonl.parse_line(raw, "sha1:" + hashlib.sha1(raw).hexdigest()[:16], stats)
+    _report(stats)
+    if ex is not None:
+        yield ex
+
+
+def _parse_story(readable) -> list[Example]:
+    from pgn_tf.data import stories
+
+    stats = ReadStats()
+    ex = stories.story_example(readable.read(), readable.metadata.path, stats)
+    _report(stats)
+    return [ex] if ex is not None else []
+
+
+def _parse_see_bin(readable):
+    from pgn_tf.data import see_bin
+
+    stats = ReadStats()
+    with readable.open() as f:
+        yield from see_bin.read_see_bin_file(f, readable.metadata.path, stats)
+    _report(stats)
+
+
+def _read_tfds(spec: str):
+    from pgn_tf.data import tfds_reader
+
+    data_dir, _, split = spec.partition(":")
+    stats = ReadStats()
+    yield from tfds_reader.read_tfds(data_dir, split or "train", stats=stats)
+    _report(stats)
+
+
+class Read(beam.PTransform):
+    """PBegin -> PCollection[Example] for one input format.
+
+    input_path: a file, glob or (story) directory; for tfds, `DATA_DIR[:split]`.
+    """
+
+    def __init__(self, input_path: str, fmt: str):
+        super().__init__()
+        self.input_path = input_path
+        self.fmt = fmt
+
+    def expand(self, pbegin):
+        if self.fmt == "jsonl":
+            return (
+                pbegin
+                | beam.io.ReadFromText(self.input_path, coder=beam.coders.BytesCoder())
+                | beam.FlatMap(_parse_jsonl_line)
+            )
+        if self.fmt == "tfds":
+            return pbegin | beam.Create([self.input_path]) | beam.FlatMap(_read_tfds)
+        pattern = self.input_path
+        if self.fmt == "story" and not any(c in pattern for c in "*?[") and not pattern.endswith(
+            ".story"
+        ):
+            pattern = pattern.rstrip("/") + "/*.story"  # a directory of stories
+        files = pbegin | fileio.MatchFiles(pattern) | fileio.ReadMatches()
+        parse = _parse_story if self.fmt == "story" else _parse_see_bin
+        return files | beam.FlatMap(parse)
+
+
+# -- tokenizing, cleaning, dedupe -------------------------------------------------------------
+
+
+class TokenizeBatch(beam.DoFn):
+    """[Example] -> (Example, article tokens, summary tokens), with the model's tokenizer.
+
+    Batched so one TF call tokenizes a few hundred examples (per-element calls would spend their
+    time in TF dispatch). Examples whose article or summary has no token are dropped (counted).
+    """
+
+    def __init__(self, lowercase: bool = True, replace_digits: bool = False):
+        self.lowercase = lowercase
+        self.replace_digits = replace_digits
+
+    def setup(self):
+        import tensorflow as tf
+
+        from pgn_tf import text
+
+        def fn(articles, summaries):
+            summaries = tf.strings.regex_replace(summaries, "\n", " ")
+            return (text.tokenize(articles, self.lowercase, self.replace_digits),
+                    text.tokenize(summaries, self.lowercase, self.replace_digits))
+
+        spec = tf.TensorSpec([None], tf.string)
+        self._tokenize = tf.function(fn, input_signature=[spec, spec])
+
+    def process(self, batch: list[Example]):
+        arts, sums = self._tokenize([e.article.encode() for e in batch],
+                                    [e.summary.encode() for e in batch])
+        for ex, a, s in zip(batch, arts.to_list(), sums.to_list()):
+            if not a:
+                _drop("empty article")
+            elif not s:
+                _drop("empty summary")
+            else:
+                yield ex, [t.decode() for t in a], [t.decode() for t in s]
+
+
+def article_key(item) -> tuple[str, tuple]:
+    """Keys a tokenized example by the hash of its tokenized article (case and spacing
+    differences do not make a different article)."""
+    return hashlib.sha1(" ".join(item[1]).encode()).hexdigest(), item
+
+
+def keep_one(keyed) -> tuple:
+    """One example per article: the lowest id, so the choice is the same on every run."""
+    _, items = keyed
+    items = sorted(items, key=lambda it: it[0].id)
+    if len(items) > 1:
+        Metrics.counter(NAMESPACE, "duplicate article").inc(len(items) - 1)
+    return items[0]
+
+
+# -- splitting ------------------------------------------------------------------------------
+
+
+def parse_split(spec: str) -> list[tuple[str, float]]:
+    """'train=0.9,validation=0.05,test=0.05' -> [(name, fraction)], fractions summing to 1."""
+    parts = []
+    for item in spec.split(","):
+        name, eq, frac = item.partition("=")
+        try:
+            value = float(frac)
+        except ValueError:
+            value = -1.0
+        if not eq or not name.strip() or value < 0:
+            raise UserError(f"--split expects name=fraction,..., got '{spec}'")
+        parts.append((name.strip(), value))
+    total = sum(f for _, f in parts)
+    if abs(total - 1.0) > 1e-6:
+        raise UserError(f"--split fractions sum to {total:g}, not 1")
+    if "train" not in dict(parts):
+        raise UserError("--split needs a 'train' part (the vocab is built from it)")
+    return parts
+
+
+def hash_fraction(key: str) -> float:
+    """A stable number in [0, 1) for a key (the same on every machine and Python version)."""
+    return int(hashlib.sha1(key.encode()).hexdigest()[:15], 16) / 16**15
+
+
+class HashSplit:
+    """Assigns an example to a split by the hash of its id."""
+
+    def __init__(self, parts: list[tuple[str, float]]):
+        self.names = [n for n, _ in parts]
+        self.bounds, acc = [], 0.0
+        for _, f in parts:
+            acc += f
+            self.bounds.append(acc)
+
+    def __call__(self, item, num_partitions: int) -> int:
+        x = hash_fraction(item[0].id)
+        for i, b in enumerate(self.bounds):
+            if x < b:
+                return i
+        return len(self.bounds) - 1
+
+
+def read_url_lists(directory: str) -> dict[str, str]:
+    """CNN/DM url lists -> {story id: split}. A story's file name is the sha1 hex of its URL
+    (See et al.'s make_datafiles.py)."""
+    mapping = {}
+    for fname, split in URL_LISTS.items():
+        path = FileSystems.join(directory, fname)
+        if not FileSystems.exists(path):
+            raise UserError(f"--split_files {directory} has no {fname}")
+        with FileSystems.open(path) as f:
+            for line in f.read().decode("utf-8").splitlines():
+                if line.strip():
+                    mapping[hashlib.sha1(line.strip().encode()).hexdigest()] = split
+    return mapping
+
+
+class UrlListSplit:
+    """Assigns a story to the split whose url list names it; others go to a last 'unlisted'
+    partition that is dropped (counted)."""
+
+    def __init__(self, mapping: dict[str, str]):
+        self.names = [*URL_LISTS.values()]
+        self.mapping = mapping
+
+    def __call__(self, item, num_partitions: int) -> int:
+        split = self.mapping.get(item[0].id)
+        return self.names.index(split) if split else len(self.names)
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+def serialize(item) -> bytes:
+    from pgn_tf.data import tfrecord
+
+    return tfrecord.to_tf_example(item[0]).SerializeToString()
+
+
+class _VocabOrder:
+    """Top.Of key: higher count first, then the word in ascending order (pgn_tf.vocab's
+    Vocab.from_counter order, so both ways of building a vocab agree)."""
+
+    __slots__ = ("count", "word")
+
+    def __init__(self, word_count):
+        self.word, self.count = word_count
+
+    def __lt__(self, other):
+        return (self.count, other.word) < (other.count, self.word)
+
+
+def vocab_lines(top: list[tuple[str, int]]) -> str:
+    return "\n".join(f"{w} {c}" for w, c in top)
+
+
+def build(p: beam.Pipeline, input_path: str, fmt: str, output_dir: str, vocab_size: int,
+          splitter, split_names: list[str], min_count: int = 1, num_shards: int = 0,
+          lowercase: bool = True, replace_digits: bool = False) -> None:
+    """Adds the whole preprocessing graph to pipeline p."""
+    from pgn_tf.vocab import SPECIAL_TOKENS
+
+    examples = (
+        p
+        | "Read" >> Read(input_path, fmt)
+        | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
+        | "Tokenize" >> beam.ParDo(TokenizeBatch(lowercase, replace_digits))
+        | "KeyByArticle" >> beam.Map(article_key)
+        | "GroupByArticle" >> beam.GroupByKey()
+        | "Dedupe" >> beam.Map(keep_one)
+    )
+    parts = examples | "Split" >> beam.Partition(splitter, len(split_names) + 1)
+    for i, name in enumerate(split_names):
+        part = parts[i]
+        _ = (
+            part
+            | f"Count_{name}" >> beam.Map(lambda x, n=name: Metrics.counter(
+                NAMESPACE, f"kept: {n}").inc())
+        )
+        _ = (
+            part
+            | f"Serialize_{name}" >> beam.Map(serialize)
+            | f"Write_{name}" >> beam.io.WriteToTFRecord(
+                FileSystems.join(output_dir, name), file_name_suffix=".tfrecord",
+                num_shards=num_shards)
+        )
+    _ = parts[len(split_names)] | "Unlisted" >> beam.Map(lambda _: _drop("not in any split"))
+
+    train = parts[split_names.index("train")]
+    _ = (
+        train
+        | "Tokens" >> beam.FlatMap(lambda item: item[1] + item[2])
+        | "CountTokens" >> beam.combiners.Count.PerElement()
+        | "MinCount" >> beam.Filter(lambda wc: wc[1] >= min_count and wc[0] not in SPECIAL_TOKENS)
+        | "TopWords" >> beam.combiners.Top.Of(vocab_size - len(SPECIAL_TOKENS), key=_VocabOrder)
+        | "VocabText" >> beam.Map(vocab_lines)
+        | "WriteVocab" >> beam.io.WriteToText(
+            FileSystems.join(output_dir, "vocab"), file_name_suffix=".txt",
+            shard_name_template="")
+    )
+
+
+def collect_stats(result, split_names: list[str]) -> dict:
+    """Beam counters -> {read, kept: {split: n}, dropped: {reason: n}, duplicates}."""
+    counters = {}
+    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
+        value = c.committed if c.committed is not None else c.attempted
+        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + value
+    stats = {
+        "read": counters.get("read", 0),
+        "kept": {n: counters.get(f"kept: {n}", 0) for n in split_names},
+        "dropped": {k[len("dropped: "):]: v for k, v in sorted(counters.items())
+                    if k.startswith("dropped: ")},
+        "duplicates": counters.get("duplicate article", 0),
+    }
+    stats["accounted"] = (sum(stats["kept"].values()) + sum(stats["dropped"].values())
+                          + stats["duplicates"])
+    return stats
+
+
+def format_stats(stats: dict) -> str:
+    kept = ", ".join(f"{n} {c}" for n, c in stats["kept"].items())
+    dropped = ", ".join(f"{c} {why}" for why, c in stats["dropped"].items()) or "none"
+    return (f"read {stats['read']} = kept {sum(stats['kept'].values())} ({kept}) + duplicates "
+            f"{stats['duplicates']} + dropped {sum(stats['dropped'].values())} ({dropped})")
+
+
+def run(args, beam_args: list[str] | None = None) -> dict:
+    """Runs the pipeline; returns the stats (also written to OUT/stats.json)."""
+    if args.format not in FORMATS:
+        raise UserError(f"unknown --format '{args.format}' ({', '.join(FORMATS)})")
+    if args.vocab_size <= 4:
+        raise UserError(f"--vocab_size must exceed the 4 special tokens, got {args.vocab_size}")
+    if args.format == "tfds":
+        data_dir = args.input.split(":")[0]
+        if not FileSystems.exists(data_dir):
+            raise UserError(f"--input {data_dir} does not exist")
+    elif args.format == "story" and FileSystems.exists(args.input):
+        pass  # a directory of stories
+    elif not FileSystems.match([args.input])[0].metadata_list:
+        raise UserError(f"--input {args.input} matches no file")
+    if args.split_files:
+        splitter = UrlListSplit(read_url_lists(args.split_files))
+    else:
+        splitter = HashSplit(parse_split(args.split))
+    names = splitter.names
+    if not FileSystems.exists(args.output_dir):
+        FileSystems.mkdirs(args.output_dir)
+    stale = FileSystems.match([FileSystems.join(args.output_dir, "*.tfrecord")])[0].metadata_list
+    if stale:
+        raise UserError(f"--output_dir {args.output_dir} already holds TFRecords; use a new one")
+
+    options = PipelineOptions(beam_args or [], runner=args.runner)
+    t0 = time.perf_counter()
+    with beam.Pipeline(options=options) as p:
+        build(p, args.input, args.format, args.output_dir, args.vocab_size, splitter, names,
+              args.min_count, args.num_shards, not args.no_lowercase, args.replace_digits)
+    seconds = time.perf_counter() - t0
+    stats = collect_stats(p.result, names)
+    stats.update(seconds=round(seconds, 2),
+                 records_per_sec=round(stats["read"] / seconds, 1) if seconds else 0.0,
+                 input=args.input, format=args.format, runner=args.runner)
+    with FileSystems.create(FileSystems.join(args.output_dir, "stats.json")) as f:
+        f.write(json.dumps(stats, indent=2).encode())
+    print(f"[pipelines.preprocess] {format_stats(stats)}")
+    print(f"[pipelines.preprocess] {stats['read']} records in {seconds:.1f} s "
+          f"({stats['records_per_sec']} records/s) on {args.runner}")
+    if stats["accounted"] != stats["read"]:
+        raise RuntimeError(f"record counts do not add up: {stats}")
+    return stats
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.preprocess",
+                                description=__doc__.splitlines()[0],
+                                epilog="Unknown flags are passed to Beam as pipeline options.")
+    p.add_argument("--input", required=True, help="file, glob or story dir; tfds: DATA_DIR[:split]")
+    p.add_argument("--format", required=True, choices=FORMATS)
+    p.add_argument("--output_dir", required=True)
+    p.add_argument("--vocab_size", type=int, default=50_000, help="with the 4 special tokens")
+    p.add_argument("--min_count", type=int, default=1)
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--split", default="train=0.9,validation=0.05,test=0.05")
+    group.add_argument("--split_files", help="dir with CNN/DM all_train.txt, all_val.txt, "
+                       "all_test.txt url lists")
+    p.add_argument("--num_shards", type=int, default=0, help="0: the runner decides")
+    p.add_argument("--no_lowercase", action="store_true")
+    p.add_argument("--replace_digits", action="store_true")
+    p.add_argument("--runner", default="DirectRunner")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, beam_args = build_parser().parse_known_args(argv)
+    return run_cli("pipelines.preprocess", run, args, beam_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

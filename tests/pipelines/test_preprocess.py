@@ -1,0 +1,140 @@
+"""The Beam preprocessing pipeline on the DirectRunner, on fixtures in the real formats."""
+
+import gzip
+import hashlib
+import json
+import os
+
+import pytest
+import tensorflow as tf
+
+from pgn_tf import config
+from pgn_tf.data import dataset, see_bin, tfrecord
+from pgn_tf.data.example import Example
+from pipelines import preprocess
+
+
+def run(tmp_path, *argv):
+    args, beam_args = preprocess.build_parser().parse_known_args(list(argv))
+    return preprocess.run(args, beam_args)
+
+
+def records(pattern):
+    return list(tfrecord.read_tfrecords(pattern))
+
+
+def write_jsonl(path, rows):
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        for r in rows:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+
+
+def test_jsonl_counts_add_up_and_output_trains(tmp_path):
+    rows = [{"id": f"d{i}", "article": f"the package number {i} does thing {i % 7} well .",
+             "summary": f"thing {i % 7} tool"} for i in range(60)]
+    rows += [
+        "{broken json",
+        {"id": "dup", "article": "The package number 3 does thing 3 well.", "summary": "other"},
+        {"id": "empty-article", "article": " ... ", "summary": "x"},
+        {"id": "empty-summary", "article": "a real article .", "summary": "   "},
+        {"id": "no-summary", "article": "only an article"},
+    ]
+    src = tmp_path / "corpus.jsonl.gz"
+    write_jsonl(src, rows)
+    out = tmp_path / "out"
+    stats = run(tmp_path, "--input", str(src), "--format", "jsonl", "--output_dir", str(out),
+                "--vocab_size", "30", "--split", "train=0.8,validation=0.2")
+
+    assert stats["read"] == 65
+    assert stats["dropped"] == {"malformed json": 1, "missing article or summary": 1,
+                                "empty summary": 1}  # " ... " tokenizes to "...", not empty
+    assert stats["duplicates"] == 1
+    assert sum(stats["kept"].values()) == 61 == stats["read"] - 3 - 1
+    train = records(str(out / "train-*.tfrecord"))
+    valid = records(str(out / "validation-*.tfrecord"))
+    assert len(train) == stats["kept"]["train"] and len(valid) == stats["kept"]["validation"]
+    assert len(train) > len(valid) > 0
+    ids = [e.id for e in train + valid]
+    assert "dup" not in ids and "d3" in ids and len(set(ids)) == len(ids)  # lowest id kept
+    # The split follows the id's hash only: the same id always lands in the same split.
+    for e in valid:
+        assert preprocess.hash_fraction(e.id) >= 0.8
+    assert json.loads((out / "stats.json").read_text())["read"] == 65
+
+    # The vocab equals the one pgn_tf.train would build from the same training records.
+    cfg = config.tiny().data
+    cfg.vocab_size = 30
+    want = dataset.build_vocab(sorted(tf.io.gfile.glob(str(out / "train-*.tfrecord"))), cfg)
+    got = (out / "vocab.txt").read_text().splitlines()
+    assert got == [f"{w} {c}" for w, c in zip(want.words[4:], want.counts[4:])]
+
+    # What it wrote is what the trainer reads.
+    files = dataset.resolve_files(str(out / "train-*.tfrecord"), str(tmp_path / "cache"))
+    batch = next(iter(dataset.make_dataset(files, want, cfg, 4, True, training=False)))
+    assert batch["enc_ids"].shape[0] == 4
+
+
+def test_story_dir_with_url_lists(tmp_path):
+    stories = tmp_path / "stories"
+    stories.mkdir()
+    urls = {"train": [], "val": [], "test": []}
+    for i in range(9):
+        url = f"http://www.cnn.com/2015/story-{i}.html"
+        split = ("train", "val", "test")[i % 3]
+        urls[split].append(url)
+        sha = hashlib.sha1(url.encode()).hexdigest()
+        body = f"Article {i} text here.\n\n@highlight\n\nHighlight {i} one\n\n@highlight\n\nTwo {i}\n"
+        (stories / f"{sha}.story").write_text(body)
+    (stories / "nohighlight.story").write_text("Just an article, no highlights.\n")
+    (stories / "bad-bytes.story").write_bytes(b"Caf\xe9 \xff article.\n\n@highlight\n\nok\n")
+    lists = tmp_path / "url_lists"
+    lists.mkdir()
+    for split, fname in (("train", "all_train.txt"), ("val", "all_val.txt"),
+                         ("test", "all_test.txt")):
+        (lists / fname).write_text("\n".join(urls[split]) + "\n")
+    out = tmp_path / "out"
+    stats = run(tmp_path, "--input", str(stories), "--format", "story", "--output_dir", str(out),
+                "--split_files", str(lists), "--vocab_size", "100")
+    assert stats["read"] == 11
+    assert stats["kept"] == {"train": 3, "validation": 3, "test": 3}
+    assert stats["dropped"] == {"no @highlight": 1, "not in any split": 1}
+    train = sorted(records(str(out / "train-*.tfrecord")), key=lambda e: e.id)
+    want = sorted(hashlib.sha1(u.encode()).hexdigest() for u in urls["train"])
+    assert [e.id for e in train] == want
+    assert train[0].summary.count("\n") == 1  # two highlights, one per line
+
+
+def test_see_bin_truncated_record_is_counted(tmp_path):
+    path = tmp_path / "train_000.bin"
+    exs = [Example(f"article {i} words here .", f"summary {i} .\nsecond {i} .") for i in range(5)]
+    see_bin.write_see_bin(exs, str(path))
+    data = path.read_bytes()
+    path.write_bytes(data[:-7])  # the last record is cut short
+    out = tmp_path / "out"
+    stats = run(tmp_path, "--input", str(tmp_path / "*.bin"), "--format", "see_bin",
+                "--output_dir", str(out), "--vocab_size", "50", "--split", "train=1")
+    assert stats["read"] == 5 and stats["dropped"] == {"truncated record": 1}
+    assert stats["kept"] == {"train": 4}
+    assert sorted(e.summary for e in records(str(out / "train-*.tfrecord")))[0] == (
+        "summary 0 .\nsecond 0 .")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--input", "{missing}/none-*.jsonl", "--format", "jsonl"], "matches no file"),
+    (["--split", "train=0.5,validation=0.2"], "sum to 0.7"),
+    (["--split", "validation=1"], "needs a 'train' part"),
+    (["--vocab_size", "3"], "--vocab_size"),
+])
+def test_bad_arguments_are_one_line_errors(tmp_path, capsys, argv, message):
+    src = tmp_path / "c.jsonl.gz"
+    write_jsonl(src, [{"article": "a b c", "summary": "a"}])
+    base = {"--input": str(src), "--format": "jsonl", "--output_dir": str(tmp_path / "o")}
+    argv = [a.replace("{missing}", str(tmp_path)) for a in argv]
+    for k in list(base):
+        if k in argv:
+            base.pop(k)
+    flat = [x for kv in base.items() for x in kv] + argv
+    assert preprocess.main(flat) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0] and err[0].startswith("pipelines.preprocess: error")
+    assert not os.path.exists(tmp_path / "o" / "stats.json")
