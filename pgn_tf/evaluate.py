@@ -122,9 +122,22 @@ def rouge(decoded: list[str], references: list[str], bootstrap: int = 1000, seed
     out = {}
     for key, name in (("rouge1", "rouge1"), ("rouge2", "rouge2"), ("rougeLsum", "rougeLsum")):
         s = result[key]
-        out[name] = round(100 * s.mid.fmeasure, 2)
-        out[f"{name}_ci95"] = [round(100 * s.low.fmeasure, 2), round(100 * s.high.fmeasure, 2)]
+        out[name] = round(100 * float(s.mid.fmeasure), 2)
+        out[f"{name}_ci95"] = [round(100 * float(s.low.fmeasure), 2),
+                               round(100 * float(s.high.fmeasure), 2)]
     return out
+
+
+def score(decoded: list[list[str]], references: list[str], article_tokens: list[list[str]],
+          bootstrap: int = 1000) -> dict:
+    """ROUGE (rouge()) plus repetition and novelty (repetition_and_novelty()) of decoded token
+    lists against tokenized references (reference_text()) and articles."""
+    metrics = rouge([tokens_to_sentences(d) for d in decoded], references, bootstrap)
+    metrics.update(repetition_and_novelty(decoded, article_tokens))
+    ref_tokens = [r.split() for r in references]
+    metrics["reference_repeat_token_pct"] = repetition_and_novelty(ref_tokens, article_tokens)[
+        "repeat_token_outputs_pct"]
+    return metrics
 
 
 def decode_examples(summarizer: Summarizer, examples: list[Example], batch_size: int,
@@ -181,13 +194,8 @@ def evaluate(args) -> dict:
             summarizer, examples, batch, args.beam_size, want_pgen=cfg.model.pointer_gen,
             verbose=0 if args.quiet else 1)
         name = "model"
-    # Articles as the model saw them (truncated) for novelty, as See et al. measure it.
     metrics = {"system": name, "examples": len(examples)}
-    metrics.update(rouge([tokens_to_sentences(d) for d in decoded], references, args.bootstrap))
-    metrics.update(repetition_and_novelty(decoded, art_tokens))
-    ref_tokens = [r.split() for r in references]
-    metrics["reference_repeat_token_pct"] = repetition_and_novelty(ref_tokens, art_tokens)[
-        "repeat_token_outputs_pct"]
+    metrics.update(score(decoded, references, art_tokens, args.bootstrap))
     if pgens:
         metrics["mean_p_gen"] = round(float(np.nanmean(pgens)), 4)
     if seconds:

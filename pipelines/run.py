@@ -1,0 +1,319 @@
+"""`python -m pipelines.run --config pipeline.yaml`: preprocess -> train -> export -> evaluate ->
+bless -> push, TFX-style.
+
+Each step is a function `(inputs: dict, out_dir: str) -> outputs: dict` whose artifacts live in
+`<run_dir>/<step>/`. A finished step leaves `_COMPLETE.json` (its inputs' fingerprint and its
+outputs); running the flow again skips every step whose inputs are unchanged, and a run killed
+mid-way continues where it stopped (training resumes from its last checkpoint).
+
+    bless   the new SavedModel must beat the model being served (the highest version under
+            push.serving_base, decoded on the same validation examples) or, if none is served,
+            the lead-k-words baseline, on bless.metric (ROUGE-Lsum F1) by more than bless.margin.
+            A completed bless is not redone when a newer version appears later: a new run_dir
+            (or deleting <run_dir>/bless) compares again.
+    push    copies the export to <serving_base>/<next version>/: written under a dot-name (which
+            TF Serving and serving.server ignore), then renamed, so no server loads half a model.
+
+Config (YAML; `--set section.key=value` overrides a scalar):
+
+    run_dir: runs/pipeline/debian
+    preprocess: {input: data/*.jsonl.gz, format: jsonl, vocab_size: 5000,
+                 split: "train=0.95,validation=0.05", beam_args: []}
+    train: {config: see2017_pgn, set: [train.max_steps=2000, ...]}
+    evaluate: {limit: 500, batch_size: 64}
+    bless: {metric: rougeLsum, margin: 0.0, lead_words: 8}
+    push: {serving_base: runs/serving/pgn}
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+
+import yaml
+
+from pgn_tf.errors import UserError, run_cli
+
+DEFAULTS = {
+    "run_dir": "runs/pipeline",
+    "preprocess": {"input": None, "format": "jsonl", "vocab_size": 50_000, "min_count": 1,
+                   "split": "train=0.95,validation=0.05", "beam_args": []},
+    "train": {"config": "see2017_pgn", "set": []},
+    "evaluate": {"limit": 500, "batch_size": 64},
+    "bless": {"metric": "rougeLsum", "margin": 0.0, "lead_words": 8},
+    "push": {"serving_base": None},
+}
+COMPLETE = "_COMPLETE.json"
+
+
+# -- config ---------------------------------------------------------------------------------
+
+
+def load_config(path: str, overrides: list[str] | None = None) -> dict:
+    if not os.path.isfile(path):
+        raise UserError(f"pipeline config {path} does not exist")
+    with open(path) as f:
+        given = yaml.safe_load(f) or {}
+    if not isinstance(given, dict):
+        raise UserError(f"pipeline config {path} must hold a mapping")
+    cfg = copy.deepcopy(DEFAULTS)
+    for key, value in given.items():
+        if key not in cfg:
+            raise UserError(f"unknown pipeline config key '{key}' ({', '.join(cfg)})")
+        if isinstance(cfg[key], dict):
+            unknown = set(value or {}) - set(cfg[key])
+            if unknown:
+                raise UserError(f"unknown key(s) in '{key}': {', '.join(sorted(unknown))} "
+                                f"(known: {', '.join(cfg[key])})")
+            cfg[key].update(value or {})
+        else:
+            cfg[key] = value
+    for item in overrides or []:
+        dotted, eq, value = item.partition("=")
+        section, _, key = dotted.partition(".")
+        if not eq or section not in cfg:
+            raise UserError(f"--set expects section.key=value, got '{item}'")
+        if key:
+            if key not in cfg[section]:
+                raise UserError(f"unknown pipeline config key '{dotted}'")
+            cfg[section][key] = yaml.safe_load(value)
+        else:
+            cfg[section] = value
+    for section, key in (("preprocess", "input"), ("push", "serving_base")):
+        if not cfg[section][key]:
+            raise UserError(f"pipeline config needs {section}.{key}")
+    return cfg
+
+
+# -- the step runner ----------------------------------------------------------------------
+
+
+def fingerprint(inputs: dict) -> str:
+    return hashlib.sha1(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def run_step(run_dir: str, name: str, fn, inputs: dict, resumable: bool = False) -> dict:
+    """Runs fn(inputs, out_dir) unless a completed run with the same inputs is on disk.
+
+    A step whose inputs changed starts again from a clean dir; one that did not complete does
+    too, except a resumable one (training), which continues from its last checkpoint."""
+    out_dir = os.path.join(run_dir, name)
+    marker = os.path.join(out_dir, COMPLETE)
+    fp = fingerprint(inputs)
+    if os.path.exists(marker):
+        with open(marker) as f:
+            done = json.load(f)
+        if done["fingerprint"] == fp:
+            print(f"[pipelines.run] {name}: done earlier, skipped", flush=True)
+            return done["outputs"]
+        print(f"[pipelines.run] {name}: inputs changed, running again from scratch", flush=True)
+        shutil.rmtree(out_dir)
+    elif os.path.isdir(out_dir) and not resumable:
+        shutil.rmtree(out_dir)  # a step that did not complete
+    os.makedirs(out_dir, exist_ok=True)
+    print(f"[pipelines.run] {name}: running", flush=True)
+    t0 = time.perf_counter()
+    # Downstream steps take this fingerprint as an input, so they re-run when this one did.
+    outputs = dict(fn(inputs, out_dir), fingerprint=fp)
+    record = {"fingerprint": fp, "inputs": inputs, "outputs": outputs,
+              "seconds": round(time.perf_counter() - t0, 2)}
+    with open(marker + ".tmp", "w") as f:
+        json.dump(record, f, indent=2, default=str)
+    os.replace(marker + ".tmp", marker)
+    return outputs
+
+
+# -- the steps ------------------------------------------------------------------------------
+
+
+def preprocess_step(inputs: dict, out_dir: str) -> dict:
+    from pipelines import preprocess
+
+    argv = ["--input", inputs["input"], "--format", inputs["format"], "--output_dir", out_dir,
+            "--vocab_size", str(inputs["vocab_size"]), "--min_count", str(inputs["min_count"]),
+            "--split", inputs["split"]]
+    args, beam_args = preprocess.build_parser().parse_known_args(argv + list(inputs["beam_args"]))
+    stats = preprocess.run(args, beam_args)
+    if not stats["kept"].get("validation"):
+        raise UserError("preprocessing left no validation examples; check preprocess.split")
+    return {"train": os.path.join(out_dir, "train-*.tfrecord"),
+            "validation": os.path.join(out_dir, "validation-*.tfrecord"),
+            "vocab": os.path.join(out_dir, "vocab.txt"), "stats": stats}
+
+
+def train_step(inputs: dict, out_dir: str) -> dict:
+    from pgn_tf import train
+
+    argv = ["--model_dir", out_dir, "--config", inputs["config"], "--quiet",
+            "--train_data", inputs["train"], "--eval_data", inputs["validation"],
+            "--set", f"data.vocab_path={inputs['vocab']}",
+            "--set", f"data.vocab_size={inputs['vocab_size']}"]
+    for item in inputs["set"]:
+        argv += ["--set", item]
+    result = train.run(train.build_parser().parse_args(argv))
+    return {"model_dir": out_dir, "result": result}
+
+
+def export_step(inputs: dict, out_dir: str) -> dict:
+    from pgn_tf import export
+
+    return {"saved_model": export.export(inputs["model_dir"], out_dir, "model", version=1)}
+
+
+def validation_examples(pattern: str, limit: int):
+    from pgn_tf.evaluate import read_split
+
+    return read_split(pattern, "tfrecord", limit)
+
+
+def score_saved_model(path: str, examples, batch_size: int) -> dict:
+    """Decodes examples with a SavedModel's summarize_verbose signature (the exact tokens it
+    would serve) and scores them like pgn_tf.evaluate does."""
+    import tensorflow as tf
+
+    from pgn_tf import config as config_lib
+    from pgn_tf import evaluate
+
+    with open(os.path.join(path, "assets.extra", "config.json")) as f:
+        cfg = config_lib.Config.from_dict(json.load(f))
+    fn = tf.saved_model.load(path).signatures["summarize_verbose"]
+    decoded = []
+    for i in range(0, len(examples), batch_size):
+        out = fn(articles=tf.constant([e.article for e in examples[i : i + batch_size]]))
+        for row in out["tokens"].numpy():
+            decoded.append([t.decode("utf-8") for t in row if t])
+    articles = evaluate.tokenize_texts([e.article for e in examples], cfg.data)
+    references = [evaluate.reference_text(e.summary, cfg.data) for e in examples]
+    return {"system": path, "examples": len(examples),
+            **evaluate.score(decoded, references, articles)}
+
+
+def lead_metrics(examples, lead_words: int) -> dict:
+    from pgn_tf import config as config_lib
+    from pgn_tf import evaluate
+
+    data = config_lib.Config().data
+    articles = evaluate.tokenize_texts([e.article for e in examples], data)
+    references = [evaluate.reference_text(e.summary, data) for e in examples]
+    decoded = [evaluate.lead(a, None, lead_words) for a in articles]
+    return {"system": f"lead{lead_words}w", "examples": len(examples),
+            **evaluate.score(decoded, references, articles)}
+
+
+def evaluate_step(inputs: dict, out_dir: str) -> dict:
+    examples = validation_examples(inputs["validation"], inputs["limit"])
+    metrics = score_saved_model(inputs["saved_model"], examples, inputs["batch_size"])
+    with open(os.path.join(out_dir, "metrics.json"), "w") as f:
+        json.dump(metrics, f, indent=2)
+    print(f"[pipelines.run] candidate: {json.dumps(metrics)}", flush=True)
+    return {"metrics": metrics}
+
+
+def served_versions(serving_base: str) -> list[int]:
+    if not os.path.isdir(serving_base):
+        return []
+    return sorted(int(d) for d in os.listdir(serving_base) if d.isdigit())
+
+
+def bless_step(inputs: dict, out_dir: str) -> dict:
+    metric, margin = inputs["metric"], float(inputs["margin"])
+    candidate = inputs["candidate"][metric]
+    examples = validation_examples(inputs["validation"], inputs["limit"])
+    versions = served_versions(inputs["serving_base"])
+    if versions:
+        path = os.path.join(inputs["serving_base"], str(versions[-1]))
+        baseline = score_saved_model(path, examples, inputs["batch_size"])
+        baseline["version"] = versions[-1]
+    else:
+        baseline = lead_metrics(examples, inputs["lead_words"])
+    blessed = bool(candidate > baseline[metric] + margin)
+    verdict = {"blessed": blessed, "metric": metric, "margin": margin, "candidate": candidate,
+               "baseline": baseline["system"], "baseline_value": baseline[metric],
+               "baseline_version": baseline.get("version")}
+    with open(os.path.join(out_dir, "baseline_metrics.json"), "w") as f:
+        json.dump(baseline, f, indent=2)
+    print(f"[pipelines.run] bless: {json.dumps(verdict)}", flush=True)
+    return verdict
+
+
+def push(saved_model: str, serving_base: str) -> tuple[int, str]:
+    """Copies a SavedModel to serving_base/<highest + 1>/ atomically (copy under a dot-name
+    on the same file system, then rename)."""
+    os.makedirs(serving_base, exist_ok=True)
+    tmp = os.path.join(serving_base, f".push-{os.getpid()}-{int(time.time() * 1000)}")
+    shutil.copytree(saved_model, tmp)
+    while True:  # another pusher may take a number first; rename never overwrites a dir
+        versions = served_versions(serving_base)
+        version = (versions[-1] + 1) if versions else 1
+        final = os.path.join(serving_base, str(version))
+        try:
+            os.rename(tmp, final)
+            return version, final
+        except OSError:
+            if not os.path.exists(final):
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise
+
+
+def push_step(inputs: dict, out_dir: str) -> dict:
+    if not inputs["blessed"]:
+        print("[pipelines.run] push: not blessed, nothing pushed", flush=True)
+        return {"pushed": False}
+    version, path = push(inputs["saved_model"], inputs["serving_base"])
+    print(f"[pipelines.run] push: version {version} -> {path}", flush=True)
+    return {"pushed": True, "version": version, "path": path}
+
+
+def run(cfg: dict) -> dict:
+    """Runs the flow; returns every step's outputs."""
+    run_dir = cfg["run_dir"]
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "pipeline.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    pre_cfg, ev_cfg = cfg["preprocess"], cfg["evaluate"]
+    out = {"preprocess": run_step(run_dir, "preprocess", preprocess_step, dict(pre_cfg))}
+    data = out["preprocess"]
+    out["train"] = run_step(run_dir, "train", train_step, {
+        "after": data["fingerprint"], "train": data["train"], "validation": data["validation"],
+        "vocab": data["vocab"], "vocab_size": pre_cfg["vocab_size"], **cfg["train"],
+    }, resumable=True)
+    out["export"] = run_step(run_dir, "export", export_step, {
+        "after": out["train"]["fingerprint"], "model_dir": out["train"]["model_dir"]})
+    saved_model = out["export"]["saved_model"]
+    out["evaluate"] = run_step(run_dir, "evaluate", evaluate_step, {
+        "after": out["export"]["fingerprint"], "saved_model": saved_model,
+        "validation": data["validation"], **ev_cfg})
+    out["bless"] = run_step(run_dir, "bless", bless_step, {
+        "after": out["evaluate"]["fingerprint"], "candidate": out["evaluate"]["metrics"],
+        "validation": data["validation"], "serving_base": cfg["push"]["serving_base"],
+        **ev_cfg, **cfg["bless"]})
+    out["push"] = run_step(run_dir, "push", push_step, {
+        "after": out["bless"]["fingerprint"], "saved_model": saved_model,
+        "blessed": out["bless"]["blessed"], "serving_base": cfg["push"]["serving_base"]})
+    return out
+
+
+def main_args(args) -> None:
+    out = run(load_config(args.config, args.set))
+    print("[pipelines.run] " + json.dumps({"blessed": out["bless"]["blessed"], **out["push"]}))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.run", description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True, help="pipeline YAML")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli("pipelines.run", main_args, build_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
