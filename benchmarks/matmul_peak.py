@@ -1,0 +1,77 @@
+"""This machine's matmul peak: GFLOP/s of tf.matmul in float32 (and bfloat16), so the training
+throughput can be reported as a fraction of what the hardware reaches with TF.
+
+    python benchmarks/matmul_peak.py [--sizes 1024 2048 4096] [--seconds 3]
+
+Each size runs square [n, n] x [n, n] matmuls inside one tf.function for about --seconds after a
+warm-up; the best size is the peak. bfloat16 is measured where the CPU reports AVX512_BF16 or
+AMX (or on a GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+
+from benchmarks.common import emit  # noqa: E402
+
+
+def cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def gflops(n: int, dtype: tf.DType, seconds: float, repeats: int = 8) -> float:
+    a = tf.random.normal([n, n], dtype=tf.float32)
+    b = tf.random.normal([n, n], dtype=tf.float32)
+    a, b = tf.cast(a, dtype), tf.cast(b, dtype)
+
+    @tf.function
+    def run(a, b):
+        acc = tf.zeros([], tf.float32)
+        for _ in range(repeats):  # unrolled: several matmuls per call amortise the dispatch
+            acc += tf.cast(tf.reduce_sum(tf.matmul(a, b)[:1, :1]), tf.float32)
+        return acc
+
+    run(a, b).numpy()  # trace + warm-up
+    calls, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        run(a, b).numpy()
+        calls += 1
+    elapsed = time.perf_counter() - t0
+    return 2.0 * n**3 * repeats * calls / elapsed / 1e9
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
+    p.add_argument("--seconds", type=float, default=3.0)
+    a = p.parse_args()
+    flags = cpu_flags()
+    gpu = bool(tf.config.list_physical_devices("GPU"))
+    dtypes = [tf.float32]
+    if gpu or flags & {"avx512_bf16", "amx_bf16"}:
+        dtypes.append(tf.bfloat16)
+    for dtype in dtypes:
+        results = {n: round(gflops(n, dtype, a.seconds), 1) for n in a.sizes}
+        best = max(results, key=results.get)
+        emit("matmul_peak", {"dtype": dtype.name, "device": "GPU" if gpu else "CPU",
+                             "gflops_by_size": {str(k): v for k, v in results.items()},
+                             "peak_gflops": results[best], "peak_size": best,
+                             "threads_intra_op": tf.config.threading.get_intra_op_parallelism_threads()})
+
+
+if __name__ == "__main__":
+    main()
