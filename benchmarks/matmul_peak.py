@@ -34,16 +34,16 @@ def cpu_flags() -> set[str]:
 
 
 def gflops(n: int, dtype: tf.DType, seconds: float, repeats: int = 8) -> float:
-    a = tf.random.normal([n, n], dtype=tf.float32)
-    b = tf.random.normal([n, n], dtype=tf.float32)
-    a, b = tf.cast(a, dtype), tf.cast(b, dtype)
+    a = tf.cast(tf.random.normal([n, n]), dtype)
+    b = tf.cast(tf.random.normal([n, n], stddev=n**-0.5), dtype)  # keeps x @ b at unit scale
 
     @tf.function
     def run(a, b):
-        acc = tf.zeros([], tf.float32)
-        for _ in range(repeats):  # unrolled: several matmuls per call amortise the dispatch
-            acc += tf.cast(tf.reduce_sum(tf.matmul(a, b)[:1, :1]), tf.float32)
-        return acc
+        # A chain, so no two matmuls are alike: Grappler would merge identical ones (CSE).
+        x = a
+        for _ in range(repeats):
+            x = tf.matmul(x, b)
+        return tf.reduce_sum(tf.cast(x, tf.float32))
 
     run(a, b).numpy()  # trace + warm-up
     calls, t0 = 0, time.perf_counter()

@@ -38,6 +38,11 @@ class ModelConfig:
     cov_loss_wt: float = 1.0  # lambda in See et al. eq. 13
     rand_unif_init_mag: float = 0.02
     trunc_norm_init_std: float = 1e-4
+    # Paulus et al. (2017), model_type = "deep_reinforced":
+    intra_temporal_attention: bool = True  # eq. 3
+    intra_decoder_attention: bool = True  # eq. 6-8
+    shared_embedding: bool = True  # eq. 13, W_out = tanh(W_emb W_proj)
+    sample_replace_prob: float = 0.25  # appendix B: own sample as the previous token in ML
 
 
 @dataclasses.dataclass
@@ -53,8 +58,17 @@ class TrainConfig:
     optimizer: str = "adagrad"
     learning_rate: float = 0.15
     adagrad_init_acc: float = 0.1
-    max_grad_norm: float = 2.0
+    max_grad_norm: float = 2.0  # global-norm clipping; <= 0 turns it off
+    # Paulus et al. (2017) section 3: "ml" (teacher forcing), "mixed" (eq. 16) or "rl" (eq. 15).
+    # Changing it in a model dir continues from the checkpoint with a fresh optimizer.
+    objective: str = "ml"
+    rl_gamma: float = 0.9984  # gamma of eq. 16
+    rl_learning_rate: float = 1e-4  # the learning rate of the mixed / rl phases
     seed: int = 1234
+    # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
+    # variables and float32 losses (bf16 needs no loss scaling). README "Performance" has the
+    # figures that decided the default.
+    mixed_precision: str = ""
 
 
 @dataclasses.dataclass
@@ -114,6 +128,22 @@ def see2017_coverage() -> Config:
     return cfg
 
 
+def paulus2017() -> Config:
+    """Paulus et al. (2017) appendix B: encoder 2x200, decoder 400, embeddings 100, 50k output
+    vocab, batch 50, Adam 1e-3 (ML; 1e-4 for the mixed phase), 800/100 tokens, beam 5 with
+    trigram blocking. Train ML, then continue with `--set train.objective=mixed`."""
+    cfg = Config()
+    cfg.data.max_enc_steps = 800
+    cfg.model = ModelConfig(model_type="deep_reinforced", hidden_dim=200, emb_dim=100)
+    cfg.train.batch_size = 50
+    cfg.train.optimizer = "adam"
+    cfg.train.learning_rate = 1e-3
+    cfg.train.max_grad_norm = 0.0
+    cfg.decode.beam_size = 5
+    cfg.decode.block_trigrams = True
+    return cfg
+
+
 def tiny() -> Config:
     """The quickstart's model: trains on the synthetic corpus in a couple of minutes on 2 CPUs."""
     cfg = Config()
@@ -137,6 +167,7 @@ PRESETS = {
     "see2017_baseline": see2017_baseline,
     "see2017_pgn": see2017_pgn,
     "see2017_coverage": see2017_coverage,
+    "paulus2017": paulus2017,
     "tiny": tiny,
 }
 

@@ -26,6 +26,7 @@ import time
 import keras
 import tensorflow as tf
 
+from pgn_tf import config as config_lib
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer
 
@@ -76,8 +77,14 @@ def verify(path: str, summarizer: Summarizer, articles: list[str]) -> None:
 
 
 def export(model_dir: str, export_base: str, name: str, version: int | None = None,
-           which: str = "best", check: bool = True) -> str:
+           which: str = "best", check: bool = True, overrides: list[str] | None = None) -> str:
+    """Writes the SavedModel; `overrides` ("decode.key=value") change the decoding defaults
+    that serving_default bakes in (beam size, min/max steps, trigram blocking, ...)."""
     summarizer = Summarizer.from_model_dir(model_dir, which)
+    for item in overrides or []:
+        if not item.strip().startswith("decode."):
+            raise UserError(f"export --set only changes decode.* keys, got '{item}'")
+    config_lib.apply_overrides(summarizer.cfg, overrides)
     version = int(version if version is not None else time.time())
     if version <= 0:
         raise UserError(f"--version must be a positive integer, got {version}")
@@ -92,8 +99,8 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
         build_archive(summarizer).write_out(tmp, verbose=False)
         extra = os.path.join(tmp, "assets.extra")
         os.makedirs(extra, exist_ok=True)
-        for fn in ("config.json", "vocab.txt"):
-            shutil.copy(os.path.join(model_dir, fn), os.path.join(extra, fn))
+        summarizer.cfg.save(os.path.join(extra, "config.json"))  # with the decode overrides
+        shutil.copy(os.path.join(model_dir, "vocab.txt"), os.path.join(extra, "vocab.txt"))
         if check:
             verify(tmp, summarizer, CHECK_ARTICLES)
         os.rename(tmp, final)
@@ -104,7 +111,7 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
 
 def main_args(args) -> None:
     path = export(args.model_dir, args.export_base, args.name, args.version, args.checkpoint,
-                  check=not args.no_check)
+                  check=not args.no_check, overrides=args.set)
     print(path)
 
 
@@ -116,6 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", type=int, help="default: the current unix time")
     p.add_argument("--checkpoint", choices=("best", "latest"), default="best")
     p.add_argument("--no_check", action="store_true", help="skip the reload-and-compare check")
+    p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
+                   help="decoding default baked into the export (repeatable)")
     return p
 
 

@@ -89,7 +89,8 @@ class Summarizer(tf.Module):
         feats = self.encode_text(articles)
         batch = tf.shape(articles)[0]
         enc, state = self.model.encode(
-            feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"]
+            feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
+            max_dec_steps=max_steps,
         )
         unk = vocab_lib.UNK_ID if dc.avoid_unk else None
         if method == "greedy":

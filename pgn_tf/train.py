@@ -9,7 +9,9 @@ checkpoints go to <model_dir>/ckpt (resumed automatically), the best eval loss t
 <model_dir>/best, TensorBoard logs to <model_dir>/{train,eval}. Running again with
 `--set model.coverage=true` in a model dir trained without coverage converts the model (See et
 al.'s final phase): the new coverage weight starts at zero and training continues from the
-checkpoint's step with a fresh optimizer.
+checkpoint's step with a fresh optimizer. Likewise `--set train.objective=mixed` (Paulus et
+al.'s ML+RL phase, model.model_type=deep_reinforced) continues an ML model dir with a fresh
+optimizer at train.rl_learning_rate; its best checkpoint is then the highest validation ROUGE-L.
 """
 
 from __future__ import annotations
@@ -56,17 +58,21 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
     raise UserError(f"unknown --strategy '{name}' (mirrored, multi_worker, default)")
 
 
+OBJECTIVES = ("ml", "mixed", "rl")
+
+
 def make_optimizer(train_cfg: config_lib.TrainConfig) -> keras.optimizers.Optimizer:
+    lr = train_cfg.learning_rate if train_cfg.objective == "ml" else train_cfg.rl_learning_rate
     if train_cfg.optimizer == "adagrad":
         return keras.optimizers.Adagrad(
-            learning_rate=train_cfg.learning_rate,
+            learning_rate=lr,
             initial_accumulator_value=train_cfg.adagrad_init_acc,
             epsilon=1e-10,
         )
     if train_cfg.optimizer == "adam":
-        return keras.optimizers.Adam(learning_rate=train_cfg.learning_rate)
+        return keras.optimizers.Adam(learning_rate=lr)
     if train_cfg.optimizer == "sgd":
-        return keras.optimizers.SGD(learning_rate=train_cfg.learning_rate)
+        return keras.optimizers.SGD(learning_rate=lr)
     raise UserError(f"unknown train.optimizer '{train_cfg.optimizer}' (adagrad, adam, sgd)")
 
 
@@ -78,9 +84,11 @@ def checkpoint_embedding_rows(ckpt_path: str) -> int | None:
 
 
 def _check_compatible(old: config_lib.Config, new: config_lib.Config, model_dir: str) -> bool:
-    """Raises UserError if the model dir's architecture differs; returns True for the
-    coverage conversion (old without coverage, new with)."""
-    for key in ("model_type", "hidden_dim", "emb_dim", "pointer_gen"):
+    """Raises UserError if the model dir's architecture differs; returns True when training
+    continues from the checkpoint with a fresh optimizer: the coverage conversion (old without
+    coverage, new with) or a change of objective (Paulus et al.'s ML -> mixed phase)."""
+    for key in ("model_type", "hidden_dim", "emb_dim", "pointer_gen", "intra_temporal_attention",
+                "intra_decoder_attention", "shared_embedding"):
         a, b = getattr(old.model, key), getattr(new.model, key)
         if a != b:
             raise UserError(
@@ -91,7 +99,8 @@ def _check_compatible(old: config_lib.Config, new: config_lib.Config, model_dir:
         raise UserError(
             f"model dir {model_dir} holds a coverage model; it cannot continue without coverage"
         )
-    return new.model.coverage and not old.model.coverage
+    return (new.model.coverage and not old.model.coverage) or (
+        new.train.objective != old.train.objective)
 
 
 class Trainer:
@@ -99,7 +108,7 @@ class Trainer:
 
     def __init__(self, cfg: config_lib.Config, model_dir: str, vocab: vocab_lib.Vocab,
                  train_files: list[str], eval_files: list[str] | None,
-                 strategy: tf.distribute.Strategy, convert_coverage: bool = False):
+                 strategy: tf.distribute.Strategy, fresh_optimizer: bool = False):
         self.cfg = cfg
         self.model_dir = model_dir
         self.vocab = vocab
@@ -107,6 +116,8 @@ class Trainer:
         self.eval_files = eval_files
         tcfg = cfg.train
         n = strategy.num_replicas_in_sync
+        if tcfg.objective not in OBJECTIVES:
+            raise UserError(f"unknown train.objective '{tcfg.objective}' ({', '.join(OBJECTIVES)})")
         if tcfg.batch_size % n:
             raise UserError(f"train.batch_size={tcfg.batch_size} is not divisible by {n} replicas")
         self.global_batch = tcfg.batch_size
@@ -115,9 +126,16 @@ class Trainer:
             seed=tcfg.seed,
         ).map(numeric_features)
         self.train_ds = strategy.experimental_distribute_dataset(train_ds)
+        if tcfg.mixed_precision not in ("", "mixed_bfloat16"):
+            raise UserError(f"train.mixed_precision must be '' or 'mixed_bfloat16', got "
+                            f"'{tcfg.mixed_precision}'")
+        keras.mixed_precision.set_global_policy(tcfg.mixed_precision or "float32")
         with strategy.scope():
             keras.utils.set_random_seed(tcfg.seed)
             self.model = build_model(cfg.model, vocab.size)
+            if tcfg.objective != "ml" and not hasattr(self.model, "rl_terms"):
+                raise UserError(f"train.objective={tcfg.objective} needs a model with a policy-"
+                                f"gradient objective (model.model_type=deep_reinforced)")
             self.optimizer = make_optimizer(tcfg)
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
@@ -130,15 +148,20 @@ class Trainer:
             self.ckpt, os.path.join(model_dir, "best"), max_to_keep=1, checkpoint_name="best"
         )
         self.restored_from = None
+        self.fresh_optimizer = fresh_optimizer
         latest = self.manager.latest_checkpoint
         if latest:
-            if convert_coverage:
-                # Only model weights and the step: the new coverage weight keeps its zero init
-                # and the optimizer starts fresh (its slots would not line up).
+            if fresh_optimizer:
+                # Only model weights and the step: a new coverage weight keeps its zero init
+                # and the optimizer starts fresh (its slots would not line up; a new objective
+                # has its own learning rate).
                 tf.train.Checkpoint(step=self.step, model=self.model).restore(latest).expect_partial()
             else:
                 self.ckpt.restore(latest).assert_existing_objects_matched()
             self.restored_from = latest
+            # The config, not the checkpoint, sets the learning rate (Keras 3 checkpoints it).
+            lr = tcfg.learning_rate if tcfg.objective == "ml" else tcfg.rl_learning_rate
+            self.optimizer.learning_rate.assign(lr)
         self.train_writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
         self.eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
         self._train_step = None
@@ -149,9 +172,14 @@ class Trainer:
 
     def _step_fn(self, batch):
         model, opt = self.model, self.optimizer
+        tcfg = self.cfg.train
         with tf.GradientTape() as tape:
             out = model(batch, training=True)
             terms = model.loss_terms(batch, out)
+            if tcfg.objective != "ml":  # Paulus et al. eq. 16 (gamma = 1: eq. 15 alone)
+                gamma = tcfg.rl_gamma if tcfg.objective == "mixed" else 1.0
+                rl = model.rl_terms(batch)
+                terms.update(rl, total=gamma * rl["rl"] + (1.0 - gamma) * terms["nll"])
             loss = tf.nn.compute_average_loss(terms["total"], global_batch_size=self.global_batch)
         variables = model.trainable_variables
         grads = tape.gradient(loss, variables)
@@ -162,7 +190,10 @@ class Trainer:
             grads = tf.distribute.get_replica_context().all_reduce(
                 tf.distribute.ReduceOp.SUM, grads
             )
-        grads, norm = tf.clip_by_global_norm(grads, self.cfg.train.max_grad_norm)
+        if tcfg.max_grad_norm > 0:
+            grads, norm = tf.clip_by_global_norm(grads, tcfg.max_grad_norm)
+        else:
+            norm = tf.linalg.global_norm(grads)
         if n > 1:
             grads = [
                 tf.IndexedSlices(g.values / n, g.indices, g.dense_shape)
@@ -181,6 +212,9 @@ class Trainer:
         }
         if "coverage" in terms:
             report["coverage_loss"] = tf.reduce_sum(terms["coverage"]) * scale
+        for key in ("reward_sample", "reward_greedy"):
+            if key in terms:
+                report[key] = tf.reduce_sum(terms[key]) * scale
         return report
 
     def _eval_fn(self, batch):
@@ -192,6 +226,8 @@ class Trainer:
         }
         if "coverage" in terms:
             out["coverage_loss"] = tf.reduce_sum(terms["coverage"])
+        if hasattr(self.model, "greedy_reward"):  # validation ROUGE-L, the RL phase's measure
+            out["reward"] = tf.reduce_sum(self.model.greedy_reward(batch))
         return out
 
     def train_step(self, batch):
@@ -261,22 +297,33 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _best_loss(self) -> float:
+    def _best_metric(self) -> tuple[str, bool]:
+        """(eval metric the best checkpoint is chosen by, True if higher is better): the eval
+        loss, or the validation reward in the policy-gradient phases."""
+        return ("reward", True) if self.cfg.train.objective != "ml" else ("loss", False)
+
+    def _maybe_save_best(self, eval_metrics: dict) -> None:
+        metric, higher = self._best_metric()
+        value = eval_metrics[metric]
         path = os.path.join(self.model_dir, "best", "best.json")
         if os.path.exists(path):
             with open(path) as f:
-                return json.load(f)["eval_loss"]
-        return float("inf")
+                best = json.load(f)
+            # A best chosen by another measure (the ML phase's loss) does not compete.
+            if best.get("metric", "loss") == metric:
+                old = best.get("value", best.get("eval_loss"))
+                if (value <= old) if higher else (value >= old):
+                    return
+        self.best_manager.save(checkpoint_number=int(self.step.numpy()))
+        with open(path + ".tmp", "w") as f:
+            json.dump({"step": int(self.step.numpy()), "metric": metric, "value": value,
+                       "eval_loss": eval_metrics["loss"],
+                       "checkpoint": self.best_manager.latest_checkpoint}, f)
+        os.replace(path + ".tmp", path)
 
-    def _maybe_save_best(self, eval_metrics: dict) -> None:
-        loss = eval_metrics["loss"]
-        if loss < self._best_loss():
-            self.best_manager.save(checkpoint_number=int(self.step.numpy()))
-            path = os.path.join(self.model_dir, "best", "best.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump({"step": int(self.step.numpy()), "eval_loss": loss,
-                           "checkpoint": self.best_manager.latest_checkpoint}, f)
-            os.replace(path + ".tmp", path)
+    @staticmethod
+    def _describe(ev: dict) -> str:
+        return ", ".join(f"eval {k} {v:.4f}" for k, v in ev.items())
 
     def fit(self, verbose: int = 1) -> dict:
         tcfg = self.cfg.train
@@ -290,15 +337,15 @@ class Trainer:
         window_steps, window_ex = 0, 0
         t0 = time.perf_counter()
         steady = {"steps": 0, "seconds": 0.0, "src_tokens": 0.0}
-        last = {}
-        if start == 0 and self.eval_files:  # where the eval loss starts, for the curve
+        last, initial = {}, {}
+        if (start == 0 or self.fresh_optimizer) and self.eval_files:  # where the curve starts
             ev = self.evaluate()
             if ev:
                 with self.eval_writer.as_default(step=0):
                     for k, v in ev.items():
                         tf.summary.scalar(k, v)
-                print(f"[pgn_tf] step 0: eval loss {ev['loss']:.4f}", flush=True)
-                last["initial_eval_loss"] = ev["loss"]
+                print(f"[pgn_tf] step {start}: {self._describe(ev)}", flush=True)
+                initial = {f"initial_eval_{k}": v for k, v in ev.items()}
         t_window = time.perf_counter()
         for step in range(start + 1, tcfg.max_steps + 1):
             report = self.train_step(next(it))
@@ -309,9 +356,13 @@ class Trainer:
                 last = {k: float(v) for k, v in report.items()}
                 elapsed = time.perf_counter() - t_window
                 with self.train_writer.as_default(step=step):
-                    for k in ("loss", "nll", "coverage_loss", "p_gen_mean", "grad_norm"):
+                    for k in ("loss", "nll", "coverage_loss", "p_gen_mean", "grad_norm",
+                              "reward_sample", "reward_greedy"):
                         if k in last:
                             tf.summary.scalar(k, last[k])
+                    if "reward_sample" in last:
+                        tf.summary.scalar("reward_sample_minus_greedy",
+                                          last["reward_sample"] - last["reward_greedy"])
                     tf.summary.scalar("examples_per_sec", window_ex / elapsed)
                     tf.summary.scalar("steps_per_sec", window_steps / elapsed)
                     tf.summary.scalar("src_tokens_per_step", last["src_tokens"])
@@ -333,11 +384,11 @@ class Trainer:
                     with self.eval_writer.as_default(step=step):
                         for k, v in ev.items():
                             tf.summary.scalar(k, v)
-                    print(f"\n[pgn_tf] step {step}: eval loss {ev['loss']:.4f}", flush=True)
+                    print(f"\n[pgn_tf] step {step}: {self._describe(ev)}", flush=True)
                     self._maybe_save_best(ev)
                     if tcfg.eval_samples:
                         self.log_samples(step, tcfg.eval_samples)
-                    last["eval_loss"] = ev["loss"]
+                    last.update({f"eval_{k}": v for k, v in ev.items()})
         self.train_writer.flush()
         self.eval_writer.flush()
         total = time.perf_counter() - t0
@@ -347,7 +398,8 @@ class Trainer:
         if steady["steps"]:
             result["steady_steps_per_sec"] = round(steady["steps"] / steady["seconds"], 3)
             result["steady_src_tokens_per_sec"] = round(steady["src_tokens"] / steady["seconds"], 1)
-        result.update({k: round(v, 4) for k, v in last.items() if k != "src_tokens"})
+        result.update({k: round(v, 4) for k, v in {**initial, **last}.items()
+                       if k != "src_tokens"})
         return result
 
 
@@ -356,11 +408,11 @@ def prepare(args) -> tuple[config_lib.Config, vocab_lib.Vocab, list[str], list[s
     model_dir = args.model_dir
     default_config = "tiny" if not args.train_data else "see2017_pgn"
     cfg = config_lib.resolve(args.config or default_config, args.set)
-    convert = False
+    fresh = False
     saved_cfg_path = os.path.join(model_dir, "config.json")
     latest = tf.train.latest_checkpoint(os.path.join(model_dir, "ckpt"))
     if os.path.exists(saved_cfg_path) and latest:
-        convert = _check_compatible(config_lib.load_from_model_dir(model_dir), cfg, model_dir)
+        fresh = _check_compatible(config_lib.load_from_model_dir(model_dir), cfg, model_dir)
 
     cache = os.path.join(model_dir, "data")
     if args.train_data:
@@ -396,22 +448,23 @@ def prepare(args) -> tuple[config_lib.Config, vocab_lib.Vocab, list[str], list[s
                 f"vocab {vocab_path} has {vocab.size} words (data.vocab_size="
                 f"{cfg.data.vocab_size}), checkpoint {latest} expects {rows}"
             )
-    return cfg, vocab, train_files, eval_files, convert
+    return cfg, vocab, train_files, eval_files, fresh
 
 
 def run(args) -> dict:
     if args.cpu_devices > 1:
         set_cpu_devices(args.cpu_devices)
-    cfg, vocab, train_files, eval_files, convert = prepare(args)
+    cfg, vocab, train_files, eval_files, fresh = prepare(args)
     os.makedirs(args.model_dir, exist_ok=True)
     vocab_path = os.path.join(args.model_dir, "vocab.txt")
     if not os.path.exists(vocab_path):
         vocab.save(vocab_path)
     strategy = make_strategy(args.strategy)
-    trainer = Trainer(cfg, args.model_dir, vocab, train_files, eval_files, strategy, convert)
+    trainer = Trainer(cfg, args.model_dir, vocab, train_files, eval_files, strategy, fresh)
     cfg.save(os.path.join(args.model_dir, "config.json"))
     if trainer.restored_from:
-        how = "converted to coverage from" if convert else "resumed from"
+        how = ("continues with a fresh optimizer (coverage conversion or a new objective) from"
+               if fresh else "resumed from")
         print(f"[pgn_tf] {how} {trainer.restored_from} (step {int(trainer.step.numpy())})")
     print(f"[pgn_tf] {strategy.num_replicas_in_sync} replica(s); "
           f"{trainer.model.count_params():,} parameters; vocab {vocab.size}")

@@ -72,3 +72,16 @@ def test_export_refuses_to_overwrite_and_checks_model_dir(exported, trained_mode
     with pytest.raises(UserError, match="already exists"):
         export.export(trained_model_dir, base, name, version=1, check=False)
     assert export.main(["--model_dir", str(tmp_path), "--export_base", str(tmp_path)]) == 2
+
+
+def test_decode_overrides_are_baked_into_the_export(trained_model_dir, tmp_path):
+    import json
+
+    with pytest.raises(UserError, match="only changes decode"):
+        export.export(trained_model_dir, str(tmp_path), "m", version=1, overrides=["model.x=1"])
+    path = export.export(trained_model_dir, str(tmp_path), "m", version=2, check=False,
+                         overrides=["decode.max_dec_steps=2", "decode.min_dec_steps=0"])
+    with open(os.path.join(path, "assets.extra", "config.json")) as f:
+        assert json.load(f)["decode"]["max_dec_steps"] == 2
+    out = tf.saved_model.load(path).signatures["summarize_verbose"](articles=tf.constant([ARTICLE]))
+    assert out["tokens"].shape[1] <= 2

@@ -32,14 +32,21 @@ def reorder_state(state, flat_indices: tf.Tensor):
     return tf.nest.map_structure(lambda t: tf.gather(t, flat_indices), state)
 
 
+SHARED = "shared"  # a dict key whose tensors are the same for every hypothesis: never tiled
+
+
 def tile_beams(nest, beam_size):
-    """[B, ...] -> [B*K, ...] for every tensor of rank >= 1 (each row repeated K times)."""
+    """[B, ...] -> [B*K, ...] for every tensor of rank >= 1 (each row repeated K times), except
+    under a dict key "shared" (per-batch tensors such as a tied output matrix)."""
 
     def tile(t):
         if t.shape.rank == 0:
             return t
         return tf.repeat(t, beam_size, axis=0)
 
+    if isinstance(nest, dict) and SHARED in nest:
+        rest = {k: v for k, v in nest.items() if k != SHARED}
+        return dict(tf.nest.map_structure(tile, rest), **{SHARED: nest[SHARED]})
     return tf.nest.map_structure(tile, nest)
 
 

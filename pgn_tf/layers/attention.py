@@ -75,3 +75,66 @@ class BahdanauAttention(keras.layers.Layer):
         config = super().get_config()
         config.update(attn_dim=self.attn_dim, use_coverage=self.use_coverage)
         return config
+
+
+class IntraTemporalAttention(keras.layers.Layer):
+    """Paulus et al. (2017) section 2.1: bilinear attention over the encoder states, normalised
+    over time so input tokens attended in earlier steps are penalised:
+
+        e_ti   = h_t^d^T W_attn^e h_i^e                                     (2)
+        e'_ti  = exp(e_ti)                         if t = 1                 (3)
+               = exp(e_ti) / sum_{j<t} exp(e_ji)   otherwise
+        a_ti^e = e'_ti / sum_i e'_ti                                        (4)
+        c_t^e  = sum_i a_ti^e h_i^e                                         (5)
+
+    Computed in log space: a_t = softmax_i(e_ti - lse_{j<t}(e_ji)), with the running
+    log-sum-exp of past scores carried in the decoder state, so no exp() overflows on long
+    articles. With temporal=False it is plain bilinear attention (softmax of eq. 2).
+
+    Args:
+      query_dim: size of h_t^d; temporal: eq. 3 on/off.
+    Call args:
+      enc_features: float32 [B, L, query_dim] = W_attn^e h_i^e (precompute());
+      enc_outputs: float32 [B, L, D]; enc_mask: bool [B, L]; query: float32 [B, query_dim];
+      past_lse: float32 [B, L], log sum_{j<t} exp(e_ji) (-inf-like NEG_LSE at t = 1).
+    Returns: context [B, D], attn [B, L], new past_lse [B, L].
+
+    Example:
+      >>> att = IntraTemporalAttention(6); att.build((None, None, 4))
+      >>> feats = att.precompute(tf.zeros([2, 5, 4]))
+    """
+
+    NEG_LSE = -1e4  # log of "no past step": exp(-1e4) = 0, and finite
+
+    def __init__(self, query_dim: int, temporal: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.query_dim = query_dim
+        self.temporal = temporal
+        self.w_attn = keras.layers.Dense(query_dim, use_bias=False, name="w_attn")
+
+    def build(self, enc_shape):
+        self.w_attn.build(enc_shape)
+        self.built = True
+
+    def precompute(self, enc_outputs):
+        return self.w_attn(enc_outputs)
+
+    def call(self, enc_features, enc_outputs, enc_mask, query, past_lse):
+        scores = tf.einsum("bld,bd->bl", enc_features, query)  # (2)
+        scores = tf.cast(scores, tf.float32)
+        if self.temporal:
+            # (3): dividing by sum_{j<t} exp(e_ji) is subtracting its log; none at t = 1.
+            first = past_lse <= self.NEG_LSE / 2
+            normed = tf.where(first, scores, scores - past_lse)
+            new_lse = tf.where(first, scores, tf.math.reduce_logsumexp(
+                tf.stack([past_lse, scores]), axis=0))
+        else:
+            normed, new_lse = scores, past_lse
+        attn = masked_softmax(normed, enc_mask)  # (4)
+        context = tf.einsum("bl,bld->bd", tf.cast(attn, enc_outputs.dtype), enc_outputs)  # (5)
+        return context, attn, new_lse
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(query_dim=self.query_dim, temporal=self.temporal)
+        return config

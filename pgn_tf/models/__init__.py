@@ -4,8 +4,11 @@ from __future__ import annotations
 
 
 def build_model(model_cfg, vocab_size: int):
+    from pgn_tf.models.deep_reinforced import DeepReinforced
     from pgn_tf.models.pointer_generator import PointerGenerator
 
-    if model_cfg.model_type == "pointer_generator":
-        return PointerGenerator.from_config_obj(model_cfg, vocab_size)
-    raise ValueError(f"unknown model.model_type '{model_cfg.model_type}'")
+    models = {"pointer_generator": PointerGenerator, "deep_reinforced": DeepReinforced}
+    if model_cfg.model_type not in models:
+        raise ValueError(f"unknown model.model_type '{model_cfg.model_type}' "
+                         f"({', '.join(models)})")
+    return models[model_cfg.model_type].from_config_obj(model_cfg, vocab_size)

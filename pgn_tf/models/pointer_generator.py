@@ -19,12 +19,12 @@ from pgn_tf import losses
 from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import final_distribution, target_log_prob
-from pgn_tf.vocab import UNK_ID
+from pgn_tf.models.base import SummarizationModel
 
 FEATURE_KEYS = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target", "dec_len")
 
 
-class PointerGenerator(keras.Model):
+class PointerGenerator(SummarizationModel):
     """Args:
       vocab_size: V (with the 4 special tokens); hidden_dim: H; emb_dim: E;
       pointer_gen: eq. 8-9 on/off; coverage: eq. 10-13 on/off; cov_loss_wt: lambda (eq. 13);
@@ -76,8 +76,7 @@ class PointerGenerator(keras.Model):
         self.cell.build()
         self.vocab_proj.build((None, hidden_dim))
         self.built = True
-        names = ["loss", "nll", "p_gen_mean"] + (["coverage"] if coverage else [])
-        self._trackers = {n: keras.metrics.Mean(name=n) for n in names}
+        self.init_trackers(["loss", "nll", "p_gen_mean"] + (["coverage"] if coverage else []))
 
     @classmethod
     def from_config_obj(cls, model_cfg, vocab_size: int) -> PointerGenerator:
@@ -107,8 +106,9 @@ class PointerGenerator(keras.Model):
 
     # -- encoder ---------------------------------------------------------------------------
 
-    def encode(self, enc_ids, enc_len, enc_ext_ids=None, num_oovs=None):
-        """Runs the encoder once per article.
+    def encode(self, enc_ids, enc_len, enc_ext_ids=None, num_oovs=None, max_dec_steps=None):
+        """Runs the encoder once per article (max_dec_steps is unused: the state does not
+        depend on the summary length).
 
         Returns:
           enc: dict(outputs [B, L, 2H], features [B, L, 2H], mask bool [B, L],
@@ -137,11 +137,6 @@ class PointerGenerator(keras.Model):
         return enc, state
 
     # -- one decoder step (search interface) --------------------------------------------------
-
-    def embed_ids(self, ids):
-        """Extended-vocab ids -> embeddings; copied OOVs (id >= V) are fed back as [UNK]."""
-        ids = tf.cast(ids, tf.int32)
-        return self.embedding(tf.where(ids >= self.vocab_size, UNK_ID, ids))
 
     def decode_step(self, ids, step, state, enc):
         """ids: int32 [N] previous tokens -> log_probs float32 [N, V (+ max_oovs)], new state,
@@ -234,33 +229,3 @@ class PointerGenerator(keras.Model):
             tf.reduce_sum(p_gen * mask), tf.reduce_sum(mask)
         )
         return terms
-
-    # -- model.fit support --------------------------------------------------------------------
-
-    def train_step(self, data):
-        """`model.fit` path: same loss and clipping as pgn_tf.train's custom loop."""
-        features = data[0] if isinstance(data, tuple) else data
-        with tf.GradientTape() as tape:
-            terms = self.loss_terms(features, self(features, training=True))
-            loss = tf.reduce_mean(terms["total"])
-        grads = tape.gradient(loss, self.trainable_variables)
-        self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
-        return self._report(terms)
-
-    def test_step(self, data):
-        features = data[0] if isinstance(data, tuple) else data
-        return self._report(self.loss_terms(features, self(features, training=False)))
-
-    def _report(self, terms):
-        logs = {}
-        for key in ("total", "nll", "coverage", "p_gen_mean"):
-            if key not in terms:
-                continue
-            name = "loss" if key == "total" else key
-            self._trackers[name].update_state(tf.reduce_mean(terms[key]))
-            logs[name] = self._trackers[name].result()
-        return logs
-
-    @property
-    def metrics(self):
-        return list(self._trackers.values())

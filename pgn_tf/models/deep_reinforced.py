@@ -1,0 +1,316 @@
+"""Paulus, Xiong & Socher (2017), A Deep Reinforced Model for Abstractive Summarization.
+
+    encoder   bidirectional LSTM, H per direction; h_0^d = [h_n^fwd ; h_n^bwd]      (sec. 2)
+    decoder   one LSTM of 2H over emb(y_{t-1}) (one embedding matrix for both sides)
+    c_t^e     intra-temporal attention over the article                      eq. 2-5
+    c_t^d     intra-decoder attention over earlier decoder states            eq. 6-8
+    o_t       = [h_t^d ; c_t^e ; c_t^d]
+    p(y|u=0)  = softmax(W_out o_t + b_out), W_out = tanh(W_emb W_proj)       eq. 9, 13
+    p(y|u=1)  = a_t^e (copy, over the extended vocabulary)                   eq. 10
+    p(u=1)    = sigmoid(W_u o_t + b_u)                                       eq. 11
+    p(y)      = p(u=1) p(y|u=1) + p(u=0) p(y|u=0)                            eq. 12
+
+Each of intra-temporal attention, intra-decoder attention and the shared projection is a config
+switch. The switch is parameterised by the logit of p(u=0) (= -(W_u o_t + b_u)), so the
+log-space mixture of pgn_tf.layers.pointer (shared with See et al.'s model) computes eq. 12.
+
+Objectives (section 3): `loss_terms` is L_ml (eq. 14, summed over the summary, with the 25%
+replacement of the previous ground-truth token by a sample of the model's own distribution in
+training); `rl_terms` is the self-critical L_rl (eq. 15) with a sampled sequence, the greedy
+sequence as baseline and the ROUGE-L reward, all in the graph; the trainer mixes them (eq. 16).
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from pgn_tf import rewards
+from pgn_tf.decoding import greedy, sampling
+from pgn_tf.decoding.beam_search import SHARED
+from pgn_tf.layers.attention import IntraTemporalAttention
+from pgn_tf.layers.decoder_attention import IntraDecoderAttention
+from pgn_tf.layers.encoder import BiLSTMEncoder
+from pgn_tf.layers.pointer import PointerSwitch, final_distribution, target_log_prob
+from pgn_tf.layers.tied_projection import TiedOutputProjection
+from pgn_tf.models.base import SummarizationModel
+from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
+
+
+class DeepReinforced(SummarizationModel):
+    """Args:
+      vocab_size V; hidden_dim H (encoder, per direction; the decoder has 2H); emb_dim E;
+      pointer_gen: eq. 10-12 on (else generation only); intra_temporal_attention: eq. 3 on;
+      intra_decoder_attention: eq. 6-8 on; shared_embedding: eq. 13 on (else a free W_out);
+      sample_replace_prob: probability of feeding the model's own sample instead of the
+      ground-truth previous token in ML training (Paulus et al. appendix B: 0.25).
+
+    Example:
+      >>> model = DeepReinforced(vocab_size=50, hidden_dim=8, emb_dim=4)
+      >>> terms = model.loss_terms(features, model(features, training=True))
+      >>> rl = model.rl_terms(features)   # self-critical loss and rewards, per example
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        hidden_dim: int = 200,
+        emb_dim: int = 100,
+        pointer_gen: bool = True,
+        intra_temporal_attention: bool = True,
+        intra_decoder_attention: bool = True,
+        shared_embedding: bool = True,
+        sample_replace_prob: float = 0.25,
+        init_mag: float = 0.02,
+        init_std: float = 1e-4,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.vocab_size = vocab_size
+        self.hidden_dim = hidden_dim
+        self.emb_dim = emb_dim
+        self.pointer_gen = pointer_gen
+        self.intra_temporal_attention = intra_temporal_attention
+        self.intra_decoder_attention = intra_decoder_attention
+        self.shared_embedding = shared_embedding
+        self.sample_replace_prob = sample_replace_prob
+        self.init_mag = init_mag
+        self.init_std = init_std
+        dec_dim = 2 * hidden_dim
+        self.dec_dim = dec_dim
+        init = keras.initializers.RandomUniform(-init_mag, init_mag, seed=4)
+        self.embedding = keras.layers.Embedding(
+            vocab_size, emb_dim, name="embedding",
+            embeddings_initializer=keras.initializers.TruncatedNormal(stddev=init_std, seed=3))
+        self.encoder = BiLSTMEncoder(hidden_dim, init_mag, reduce_states=False, name="encoder")
+        self.lstm = keras.layers.LSTMCell(dec_dim, kernel_initializer=init,
+                                          recurrent_initializer=init, name="decoder_lstm")
+        self.enc_attention = IntraTemporalAttention(dec_dim, intra_temporal_attention,
+                                                    name="enc_attention")
+        self.dec_attention = (IntraDecoderAttention(dec_dim, name="dec_attention")
+                              if intra_decoder_attention else None)
+        feat_dim = dec_dim + 2 * hidden_dim + (dec_dim if intra_decoder_attention else 0)
+        self.feat_dim = feat_dim
+        if shared_embedding:
+            self.out_proj = TiedOutputProjection(self.embedding, feat_dim, name="out_proj")
+        else:
+            self.out_proj = keras.layers.Dense(vocab_size, name="out_proj")
+        self.switch = PointerSwitch(name="switch") if pointer_gen else None
+        self.embedding.build((None,))
+        self.encoder.build((None, None, emb_dim))
+        self.lstm.build((None, emb_dim))
+        self.enc_attention.build((None, None, 2 * hidden_dim))
+        if self.dec_attention is not None:
+            self.dec_attention.build()
+        self.out_proj.build((None, feat_dim))
+        if self.switch is not None:
+            self.switch.build(feat_dim)
+        self.built = True
+        self.init_trackers(["loss", "nll", "p_gen_mean"])
+
+    @classmethod
+    def from_config_obj(cls, model_cfg, vocab_size: int) -> DeepReinforced:
+        return cls(
+            vocab_size=vocab_size,
+            hidden_dim=model_cfg.hidden_dim,
+            emb_dim=model_cfg.emb_dim,
+            pointer_gen=model_cfg.pointer_gen,
+            intra_temporal_attention=model_cfg.intra_temporal_attention,
+            intra_decoder_attention=model_cfg.intra_decoder_attention,
+            shared_embedding=model_cfg.shared_embedding,
+            sample_replace_prob=model_cfg.sample_replace_prob,
+            init_mag=model_cfg.rand_unif_init_mag,
+            init_std=model_cfg.trunc_norm_init_std,
+        )
+
+    def get_config(self):
+        return dict(
+            vocab_size=self.vocab_size, hidden_dim=self.hidden_dim, emb_dim=self.emb_dim,
+            pointer_gen=self.pointer_gen,
+            intra_temporal_attention=self.intra_temporal_attention,
+            intra_decoder_attention=self.intra_decoder_attention,
+            shared_embedding=self.shared_embedding,
+            sample_replace_prob=self.sample_replace_prob,
+            init_mag=self.init_mag, init_std=self.init_std, name=self.name,
+        )
+
+    # -- encoder ------------------------------------------------------------------------------
+
+    def encode(self, enc_ids, enc_len, enc_ext_ids=None, num_oovs=None, max_dec_steps=None):
+        """Returns (enc, state).
+
+        enc: outputs [B, L, 2H], features [B, L, 2H] (W_attn^e h_i^e), mask bool [B, L],
+             ext_ids int32 [B, L], max_oovs int32 scalar, shared: {w_out [F, V]} (untiled).
+        state: h, c [B, 2H]; past_lse [B, L] (eq. 3's running log-sum-exp);
+               history [B, max_dec_steps, 2H] (earlier decoder states, eq. 6-8).
+        """
+        enc_ids = tf.cast(enc_ids, tf.int32)
+        mask = tf.sequence_mask(enc_len, tf.shape(enc_ids)[1])
+        outputs, h, c = self.encoder(self.embedding(enc_ids), mask)
+        b = tf.shape(enc_ids)[0]
+        enc = {
+            "outputs": outputs,
+            "features": self.enc_attention.precompute(outputs),
+            "mask": mask,
+            "ext_ids": tf.cast(enc_ids if enc_ext_ids is None else enc_ext_ids, tf.int32),
+            "max_oovs": tf.constant(0, tf.int32)
+            if num_oovs is None
+            else tf.reduce_max(tf.concat([tf.cast(num_oovs, tf.int32), [0]], 0)),
+            SHARED: {"w_out": self.out_proj.kernel() if self.shared_embedding
+                     else tf.zeros([0])},
+        }
+        state = {
+            "h": h,
+            "c": c,
+            "past_lse": tf.fill(tf.shape(mask), IntraTemporalAttention.NEG_LSE),
+        }
+        if self.dec_attention is not None:
+            steps = 1 if max_dec_steps is None else max_dec_steps
+            state["history"] = tf.zeros([b, steps, self.dec_dim], outputs.dtype)
+        return enc, state
+
+    # -- one decoder step -----------------------------------------------------------------------
+
+    def _step(self, ids, step, state, enc):
+        """One step: (logits [N, V], gen_logit [N] = logit of p(u=0), attn [N, L], state)."""
+        x = self.embed_ids(ids)
+        h, (h, c) = self.lstm(x, [state["h"], state["c"]])
+        ctx_e, attn, past_lse = self.enc_attention(
+            enc["features"], enc["outputs"], enc["mask"], h, state["past_lse"])
+        feats = [h, ctx_e]
+        new_state = {"h": h, "c": c, "past_lse": past_lse}
+        if self.dec_attention is not None:
+            history = state["history"]
+            ctx_d, _ = self.dec_attention(h, history, step)
+            feats.append(ctx_d)
+            here = tf.one_hot(step, tf.shape(history)[1], dtype=history.dtype)  # [T_max]
+            new_state["history"] = history + here[None, :, None] * h[:, None, :]
+        o = tf.concat(feats, axis=-1)  # [N, F]
+        if self.shared_embedding:
+            logits = self.out_proj(o, kernel=enc[SHARED]["w_out"])
+        else:
+            logits = self.out_proj(o)
+        if self.switch is not None:
+            gen_logit = self.switch([o])[:, 0]
+        else:
+            gen_logit = tf.fill(tf.shape(h)[:1], tf.constant(30.0, h.dtype))  # p(u=0) = 1
+        return tf.cast(logits, tf.float32), tf.cast(gen_logit, tf.float32), attn, new_state
+
+    def _log_probs(self, logits, gen_logit, attn, enc):
+        """log p(y) over V + max_oovs (eq. 12)."""
+        if not self.pointer_gen:
+            return tf.nn.log_softmax(logits)
+        probs = final_distribution(tf.nn.softmax(logits), attn, tf.sigmoid(gen_logit)[:, None],
+                                   enc["ext_ids"], enc["max_oovs"])
+        return tf.math.log(tf.maximum(probs, 1e-30))
+
+    def decode_step(self, ids, step, state, enc):
+        """The search interface: log_probs float32 [N, V + max_oovs], state, extras."""
+        logits, gen_logit, attn, state = self._step(ids, step, state, enc)
+        return (self._log_probs(logits, gen_logit, attn, enc), state,
+                {"attn": attn, "p_gen": tf.sigmoid(gen_logit)})
+
+    # -- teacher forcing (L_ml) -------------------------------------------------------------------
+
+    def call(self, features, training=False):
+        """Teacher-forced pass; in training, each step's input is (with sample_replace_prob)
+        a sample of the previous step's distribution instead of the ground truth.
+
+        Returns dict: logits [B, T, V], attn [B, T, L], p_gen_logit [B, T]."""
+        dec_input = tf.cast(features["dec_input"], tf.int32)
+        steps = tf.shape(dec_input)[1]
+        enc, state = self.encode(features["enc_ids"], features["enc_len"],
+                                 features.get("enc_ext_ids"), features.get("num_oovs"),
+                                 max_dec_steps=steps)
+        replace = training and self.sample_replace_prob > 0
+        b = tf.shape(dec_input)[0]
+        arrays = {k: tf.TensorArray(tf.float32, size=steps)
+                  for k in ("logits", "attn", "p_gen_logit")}
+
+        def body(t, prev_sample, state, arrays):
+            ids = dec_input[:, t]
+            if replace:
+                use = tf.logical_and(t > 0, tf.random.uniform([b]) < self.sample_replace_prob)
+                ids = tf.where(use, prev_sample, ids)
+            logits, gen_logit, attn, state = self._step(ids, t, state, enc)
+            if replace:
+                log_p = tf.stop_gradient(self._log_probs(logits, gen_logit, attn, enc))
+                prev_sample = tf.random.categorical(log_p, 1, dtype=tf.int32)[:, 0]
+            out = {"logits": logits, "attn": tf.cast(attn, tf.float32),
+                   "p_gen_logit": gen_logit}
+            arrays = {k: ta.write(t, out[k]) for k, ta in arrays.items()}
+            return t + 1, prev_sample, state, arrays
+
+        _, _, _, arrays = tf.while_loop(
+            lambda t, *_: t < steps, body, (tf.constant(0), dec_input[:, 0], state, arrays))
+
+        def batch_major(ta):
+            x = ta.stack()
+            return tf.transpose(x, [1, 0] + list(range(2, len(x.shape))))
+
+        return {k: batch_major(ta) for k, ta in arrays.items()}
+
+    def loss_terms(self, features, outputs):
+        """L_ml (eq. 14: -sum_t log p(y*_t), per example) as nll and total; p_gen_mean."""
+        target = tf.cast(features["target"], tf.int32)
+        if self.pointer_gen:
+            log_p = target_log_prob(outputs["logits"], target, outputs["attn"],
+                                    outputs["p_gen_logit"],
+                                    tf.cast(features["enc_ext_ids"], tf.int32))
+        else:
+            log_p = target_log_prob(outputs["logits"], target)
+        mask = tf.sequence_mask(features["dec_len"], tf.shape(target)[1], tf.float32)
+        nll = -tf.reduce_sum(log_p * mask, axis=1)
+        p_gen = tf.sigmoid(outputs["p_gen_logit"])
+        return {"nll": nll, "total": nll,
+                "p_gen_mean": tf.math.divide_no_nan(tf.reduce_sum(p_gen * mask),
+                                                    tf.reduce_sum(mask))}
+
+    # -- self-critical policy gradient (L_rl) --------------------------------------------------
+
+    def rl_terms(self, features, max_steps=None):
+        """Eq. 15 per example: (r(y_greedy) - r(y_sample)) * sum_t log p(y_sample_t), r =
+        ROUGE-L F1 against the reference ids. Returns dict rl, reward_sample, reward_greedy."""
+        target = tf.cast(features["target"], tf.int32)
+        b = tf.shape(target)[0]
+        steps = tf.shape(target)[1] if max_steps is None else max_steps
+        enc, state = self.encode(features["enc_ids"], features["enc_len"],
+                                 features.get("enc_ext_ids"), features.get("num_oovs"),
+                                 max_dec_steps=steps)
+        step_fn = lambda ids, t, st: self.decode_step(ids, t, st, enc)  # noqa: E731
+        sampled = sampling.search(step_fn, state, b, steps, START_ID, STOP_ID)
+        best = greedy.search(step_fn, state, b, steps, START_ID, STOP_ID)
+        ref, ref_len = reference_ids(target, features["dec_len"])
+        r_sample = rewards.rouge_l_f1(_no_unk(sampled["ids"], -2), sampled["length"], ref, ref_len)
+        r_greedy = rewards.rouge_l_f1(_no_unk(tf.stop_gradient(best["ids"]), -2), best["length"],
+                                      ref, ref_len)
+        log_p = tf.reduce_sum(sampled["step_log_probs"], axis=1)  # [STOP] included
+        advantage = tf.stop_gradient(r_greedy - r_sample)
+        return {"rl": advantage * log_p, "reward_sample": r_sample, "reward_greedy": r_greedy}
+
+    def greedy_reward(self, features):
+        """Validation ROUGE-L of greedy decoding, per example (no gradient)."""
+        target = tf.cast(features["target"], tf.int32)
+        enc, state = self.encode(features["enc_ids"], features["enc_len"],
+                                 features.get("enc_ext_ids"), features.get("num_oovs"),
+                                 max_dec_steps=tf.shape(target)[1])
+        step_fn = lambda ids, t, st: self.decode_step(ids, t, st, enc)  # noqa: E731
+        best = greedy.search(step_fn, state, tf.shape(target)[0], tf.shape(target)[1],
+                             START_ID, STOP_ID)
+        ref, ref_len = reference_ids(target, features["dec_len"])
+        return rewards.rouge_l_f1(_no_unk(best["ids"], -2), best["length"], ref, ref_len)
+
+
+def _no_unk(ids, value):
+    """[UNK] never matches anything in the reward (each side maps it to its own value)."""
+    return tf.where(tf.equal(ids, UNK_ID), value, ids)
+
+
+def reference_ids(target, dec_len):
+    """The reference summary's ids from the training target (w_1 .. w_n [STOP], maybe cut):
+    ([B, T] ids with [UNK] -> -1, lengths [B] without [STOP])."""
+    target = tf.cast(target, tf.int32)
+    dec_len = tf.cast(dec_len, tf.int32)
+    last = tf.gather(target, tf.maximum(dec_len - 1, 0), batch_dims=1)
+    ref_len = dec_len - tf.cast(tf.equal(last, STOP_ID) & (dec_len > 0), tf.int32)
+    return _no_unk(target, -1), ref_len

@@ -1,0 +1,127 @@
+"""Paulus et al. (2017): the model's pieces agree with each other and train, ML then ML+RL."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pgn_tf.models.deep_reinforced import DeepReinforced, reference_ids
+from pgn_tf.vocab import STOP_ID, UNK_ID
+
+B, L, T, V = 3, 7, 5, 20
+
+
+def features(seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "enc_ids": tf.constant(rng.integers(4, V, (B, L)), tf.int32),
+        "enc_ext_ids": tf.constant(np.where(rng.random((B, L)) < 0.2, V, rng.integers(4, V, (B, L))),
+                                   tf.int32),
+        "enc_len": tf.constant([7, 5, 0]),
+        "num_oovs": tf.constant([1, 1, 0]),
+        "dec_input": tf.constant(rng.integers(4, V, (B, T)), tf.int32),
+        "target": tf.constant(rng.integers(4, V + 1, (B, T)), tf.int32),
+        "dec_len": tf.constant([5, 3, 1]),
+    }
+
+
+def expected_params(v, h, e, intra_decoder=True, shared=True):
+    d = 2 * h
+    f = d + 2 * h + (d if intra_decoder else 0)
+    n = v * e  # W_emb, shared by encoder, decoder and (eq. 13) the output layer
+    n += 2 * (4 * h * (e + h) + 4 * h)  # bidirectional encoder
+    n += 4 * d * (e + d) + 4 * d  # decoder LSTM
+    n += 2 * h * d  # W_attn^e (eq. 2)
+    n += d * d if intra_decoder else 0  # W_attn^d (eq. 6)
+    n += e * f + v if shared else f * v + v  # W_proj and b_out (eq. 13), or a free W_out
+    return n + f + 1  # the switch (eq. 11)
+
+
+@pytest.mark.parametrize("intra_decoder, shared", [(True, True), (False, True), (True, False)])
+def test_parameter_count_and_switches(intra_decoder, shared):
+    model = DeepReinforced(V, hidden_dim=4, emb_dim=3, intra_decoder_attention=intra_decoder,
+                           shared_embedding=shared)
+    assert model.count_params() == expected_params(V, 4, 3, intra_decoder, shared)
+    assert (model.dec_attention is not None) == intra_decoder
+
+
+def test_paper_sizes_parameter_count():
+    # Appendix B sizes: encoder 2x200, decoder 400, embeddings 100, 50k vocab.
+    model = DeepReinforced(50_000, hidden_dim=200, emb_dim=100)
+    assert model.count_params() == expected_params(50_000, 200, 100) == 6_774_401
+
+
+def test_teacher_forcing_equals_step_by_step_decoding():
+    """call() + loss_terms (log-space mixture) and decode_step (scatter, eq. 12) agree."""
+    model = DeepReinforced(V, hidden_dim=4, emb_dim=3, sample_replace_prob=0.0)
+    f = features()
+    nll = model.loss_terms(f, model(f, training=False))["nll"].numpy()
+    enc, state = model.encode(f["enc_ids"], f["enc_len"], f["enc_ext_ids"], f["num_oovs"],
+                              max_dec_steps=T)
+    total = np.zeros(B)
+    for t in range(T):
+        log_probs, state, _ = model.decode_step(f["dec_input"][:, t], tf.constant(t), state, enc)
+        picked = tf.gather(log_probs, f["target"][:, t], batch_dims=1).numpy()
+        total -= picked * (t < f["dec_len"].numpy())
+    np.testing.assert_allclose(nll, total, rtol=1e-4)
+
+
+def test_self_critical_terms_and_gradients():
+    model = DeepReinforced(V, hidden_dim=4, emb_dim=3)
+    f = features(1)
+    with tf.GradientTape() as tape:
+        rl = model.rl_terms(f)
+        loss = tf.reduce_mean(rl["rl"])
+    for key in ("reward_sample", "reward_greedy"):
+        r = rl[key].numpy()
+        assert r.shape == (B,) and np.all((r >= 0) & (r <= 1))
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(g is not None for g in grads)
+    # eq. 15: the loss is (r_greedy - r_sample) * log p(sample), zero where rewards agree.
+    same = rl["reward_sample"].numpy() == rl["reward_greedy"].numpy()
+    np.testing.assert_array_equal(rl["rl"].numpy()[same], 0.0)
+
+
+def test_reference_ids_drop_stop_and_unk():
+    target = tf.constant([[5, UNK_ID, STOP_ID, 0], [6, 7, 8, 9]])
+    ref, n = reference_ids(target, tf.constant([3, 4]))  # second one was cut: no [STOP]
+    assert n.numpy().tolist() == [2, 4] and ref.numpy()[0, 1] == -1
+
+
+def test_ml_then_mixed_training_then_export_and_serve(corpus, tmp_path):
+    from pgn_tf import export, train
+    from serving.client import summarize
+    from serving.server import Server
+
+    model_dir = str(tmp_path / "paulus")
+    common = ["--model_dir", model_dir, "--config", "paulus2017", "--quiet",
+              "--train_data", corpus["train"], "--eval_data", corpus["validation"],
+              "--set", "model.hidden_dim=16", "--set", "model.emb_dim=16",
+              "--set", "data.vocab_size=200", "--set", "data.max_enc_steps=60",
+              "--set", "data.max_dec_steps=12", "--set", "train.batch_size=16",
+              "--set", "train.eval_batches=2", "--set", "train.eval_samples=1",
+              "--set", "decode.max_dec_steps=14", "--set", "decode.min_dec_steps=1"]
+    ml = train.run(train.build_parser().parse_args(
+        common + ["--set", "train.max_steps=60", "--set", "train.eval_every=30"]))
+    assert ml["eval_loss"] < ml["initial_eval_loss"]
+    mixed = train.run(train.build_parser().parse_args(
+        common + ["--set", "train.objective=mixed", "--set", "train.max_steps=70",
+                  "--set", "train.eval_every=10", "--set", "train.log_every=5"]))
+    assert "reward_sample" in mixed and "initial_eval_reward" in mixed
+    with open(os.path.join(model_dir, "best", "best.json")) as f:
+        assert json.load(f)["metric"] == "reward"  # the RL phase picks by validation ROUGE-L
+
+    base = str(tmp_path / "export")
+    path = export.export(model_dir, base, "paulus", version=1)  # checks SavedModel == in-process
+    server = Server({"paulus": (os.path.dirname(path), 1)}, port=0, rest_port=None,
+                    poll_seconds=0)
+    try:
+        article = "zorblax , a pilot from quenton , sold 5512 boxes of apples on friday ."
+        got = summarize(f"127.0.0.1:{server.port}", "paulus", [article])[0]
+        loaded = tf.saved_model.load(path).signatures["serving_default"]
+        want = loaded(articles=tf.constant([article]))["summaries"].numpy()[0].decode()
+        assert got == want
+    finally:
+        server.stop()
