@@ -43,6 +43,11 @@ class ModelConfig:
     intra_decoder_attention: bool = True  # eq. 6-8
     shared_embedding: bool = True  # eq. 13, W_out = tanh(W_emb W_proj)
     sample_replace_prob: float = 0.25  # appendix B: own sample as the previous token in ML
+    # Rush et al. (2015), model_type = "abs":
+    abs_encoder: str = "attention"  # bow | conv | attention (section 3.2)
+    abs_window: int = 5  # C, the NNLM's context window
+    abs_smoothing: int = 2  # Q: attention smoothing window, conv width 2Q+1
+    abs_conv_layers: int = 3  # L, convolutional encoder
 
 
 @dataclasses.dataclass
@@ -64,6 +69,8 @@ class TrainConfig:
     objective: str = "ml"
     rl_gamma: float = 0.9984  # gamma of eq. 16
     rl_learning_rate: float = 1e-4  # the learning rate of the mixed / rl phases
+    # Rush et al. (2015) section 7: halve the learning rate when the eval loss does not improve.
+    halve_lr_on_plateau: bool = False
     seed: int = 1234
     # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
     # variables and float32 losses (bf16 needs no loss scaling). README "Performance" has the
@@ -80,6 +87,10 @@ class DecodeConfig:
     block_trigrams: bool = False
     avoid_unk: bool = False
     batch_size: int = 32
+    # Rush et al. (2015) section 5, ABS+: weights of [log p, unigram, bigram, trigram match with
+    # the article, reordering], comma-separated ("" = plain log p); pgn_tf.tune finds them.
+    abs_plus_weights: str = ""
+    extractive: bool = False  # only article words (and [STOP]) may be emitted (Table 3)
 
 
 @dataclasses.dataclass
@@ -144,6 +155,24 @@ def paulus2017() -> Config:
     return cfg
 
 
+def rush2015_abs() -> Config:
+    """Rush et al. (2015) section 7: ABS with the attention-based encoder, D = 200, H = 400,
+    C = 5, Q = 2; SGD 0.05, batch 64, learning rate halved when validation NLL stalls; digits
+    replaced by '#'. The encoder is `model.abs_encoder` (bow, conv, attention)."""
+    cfg = Config()
+    cfg.data.max_enc_steps = 100
+    cfg.data.max_dec_steps = 30
+    cfg.data.replace_digits = True
+    cfg.model = ModelConfig(model_type="abs", hidden_dim=400, emb_dim=200, pointer_gen=False)
+    cfg.train.batch_size = 64
+    cfg.train.optimizer = "sgd"
+    cfg.train.learning_rate = 0.05
+    cfg.train.max_grad_norm = 0.0
+    cfg.train.halve_lr_on_plateau = True
+    cfg.decode = DecodeConfig(beam_size=5, min_dec_steps=3, max_dec_steps=30)
+    return cfg
+
+
 def tiny() -> Config:
     """The quickstart's model: trains on the synthetic corpus in a couple of minutes on 2 CPUs."""
     cfg = Config()
@@ -168,6 +197,7 @@ PRESETS = {
     "see2017_pgn": see2017_pgn,
     "see2017_coverage": see2017_coverage,
     "paulus2017": paulus2017,
+    "rush2015_abs": rush2015_abs,
     "tiny": tiny,
 }
 

@@ -39,7 +39,7 @@ def read_split(path: str, fmt: str | None, limit: int | None) -> list[Example]:
         tfrecord.validate_tfrecords(files)
         it = tfrecord.read_tfrecords(path)
     else:
-        src = path.split(":")[1] if fmt == "tfds" else path
+        src = path.split(":")[1] if fmt == "tfds" else path.split(",")[0]
         if not tf.io.gfile.exists(src):
             raise UserError(f"data path {src} does not exist")
         it = dataset.read_examples(path, fmt, ReadStats())
@@ -110,10 +110,15 @@ def repetition_and_novelty(decoded: list[list[str]], articles: list[list[str]]) 
 
 
 def rouge(decoded: list[str], references: list[str], bootstrap: int = 1000, seed: int = 0) -> dict:
-    """ROUGE-1/2/Lsum F1 x100 with bootstrap 95% intervals (rouge-score)."""
+    """ROUGE-1/2/Lsum F1 x100 with bootstrap 95% intervals (rouge-score); bootstrap=0 gives
+    the plain means only."""
     from rouge_score import rouge_scorer, scoring
 
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeLsum"], use_stemmer=True)
+    if bootstrap <= 0:  # plain means, no intervals (tuning loops)
+        scores = [scorer.score(r, d) for d, r in zip(decoded, references)]
+        return {k: round(100 * float(np.mean([s[k].fmeasure for s in scores])), 2)
+                for k in ("rouge1", "rouge2", "rougeLsum")}
     np.random.seed(seed)  # BootstrapAggregator resamples with numpy's global generator
     agg = scoring.BootstrapAggregator(confidence_interval=0.95, n_samples=bootstrap)
     for d, r in zip(decoded, references):
@@ -138,6 +143,29 @@ def score(decoded: list[list[str]], references: list[str], article_tokens: list[
     metrics["reference_repeat_token_pct"] = repetition_and_novelty(ref_tokens, article_tokens)[
         "repeat_token_outputs_pct"]
     return metrics
+
+
+def perplexity(model, vocab, cfg: config_lib.Config, examples: list[Example],
+               batch_size: int = 64) -> float:
+    """exp(mean NLL per reference token) under teacher forcing (Rush et al. Table 2)."""
+    records = tf.data.Dataset.from_tensor_slices({
+        "article": [e.article for e in examples], "summary": [e.summary for e in examples],
+        "id": [e.id for e in examples]})
+    ds = dataset.batch_records(records, vocab, cfg.data, batch_size, cfg.model.pointer_gen,
+                               training=False, drop_empty=True)
+    keys = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target", "dec_len")
+
+    @tf.function
+    def nll_sum(batch):
+        log_p = model.token_log_probs(batch, model(batch, training=False))
+        mask = tf.sequence_mask(batch["dec_len"], tf.shape(log_p)[1], tf.float32)
+        return -tf.reduce_sum(log_p * mask), tf.reduce_sum(mask)
+
+    total = count = 0.0
+    for batch in ds:
+        nll, n = nll_sum({k: batch[k] for k in keys})
+        total, count = total + float(nll), count + float(n)
+    return float(np.exp(total / count)) if count else float("nan")
 
 
 def decode_examples(summarizer: Summarizer, examples: list[Example], batch_size: int,
@@ -196,6 +224,9 @@ def evaluate(args) -> dict:
         name = "model"
     metrics = {"system": name, "examples": len(examples)}
     metrics.update(score(decoded, references, art_tokens, args.bootstrap))
+    if not args.baseline:
+        metrics["perplexity"] = round(perplexity(summarizer.model, summarizer.vocab, cfg,
+                                                 examples), 3)
     if pgens:
         metrics["mean_p_gen"] = round(float(np.nanmean(pgens)), 4)
     if seconds:

@@ -15,6 +15,7 @@ from pgn_tf import config as config_lib
 from pgn_tf import text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
+from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
 from pgn_tf.decoding.beam_search import beam_search, tile_beams
 from pgn_tf.errors import UserError
@@ -75,11 +76,17 @@ class Summarizer(tf.Module):
         return feats
 
     def summarize(self, articles, beam_size=None, max_steps=None, min_steps=None,
-                  verbose: bool = False, method: str = "beam") -> dict:
+                  verbose: bool = False, method: str = "beam", feature_weights=None) -> dict:
         """articles: string [B]. Returns summaries string [B] (detokenized), tokens string
         [B, T] ("" pad), length int32 [B], scores float32 [B]; verbose adds attention
-        float32 [B, T, L], p_gen float32 [B, T] and source_tokens string [B, L]."""
+        float32 [B, T, L], p_gen float32 [B, T] and source_tokens string [B, L].
+
+        feature_weights: float32 [5], ABS+ weights overriding decode.abs_plus_weights (a
+        tensor, so tuning them does not retrace)."""
         dc = self.cfg.decode
+        if feature_weights is None:
+            feature_weights = features_lib.parse_weights(dc.abs_plus_weights)
+        rescore = feature_weights is not None or dc.extractive
         beam_size = tf.cast(dc.beam_size if beam_size is None else beam_size, tf.int32)
         max_steps = tf.cast(dc.max_dec_steps if max_steps is None else max_steps, tf.int32)
         min_steps = tf.cast(dc.min_dec_steps if min_steps is None else min_steps, tf.int32)
@@ -93,15 +100,23 @@ class Summarizer(tf.Module):
             max_dec_steps=max_steps,
         )
         unk = vocab_lib.UNK_ID if dc.avoid_unk else None
+        k = 1 if method == "greedy" else beam_size
+        enc_k = tile_beams(enc, k) if method != "greedy" else enc
+        state = tile_beams(state, k) if method != "greedy" else state
+        step_fn = lambda ids, step, st: self.model.decode_step(ids, step, st, enc_k)  # noqa: E731
+        if rescore:  # Rush et al.'s ABS+ features / extractive decoding
+            src = tf.where(tf.sequence_mask(feats["enc_len"], tf.shape(feats["enc_ids"])[1]),
+                           feats["enc_ext_ids"], -1)
+            step_fn = features_lib.rescoring_step_fn(step_fn, tile_beams(src, k),
+                                                     vocab_lib.STOP_ID, feature_weights,
+                                                     dc.extractive)
+            state = features_lib.initial_state(state, batch * k, vocab_lib.PAD_ID)
         if method == "greedy":
-            step_fn = lambda ids, step, st: self.model.decode_step(ids, step, st, enc)  # noqa: E731
             res = greedy.search(step_fn, state, batch, max_steps, vocab_lib.START_ID,
                                 vocab_lib.STOP_ID, min_steps, dc.block_trigrams, unk)
         else:
-            enc_k = tile_beams(enc, beam_size)
-            step_fn = lambda ids, step, st: self.model.decode_step(ids, step, st, enc_k)  # noqa: E731
             res = beam_search(
-                step_fn, tile_beams(state, beam_size), batch, beam_size, max_steps,
+                step_fn, state, batch, beam_size, max_steps,
                 vocab_lib.START_ID, vocab_lib.STOP_ID, min_steps, dc.length_penalty,
                 dc.block_trigrams, unk, return_extras=verbose,
                 src_len=tf.shape(feats["enc_ids"])[1],

@@ -159,9 +159,11 @@ class Trainer:
             else:
                 self.ckpt.restore(latest).assert_existing_objects_matched()
             self.restored_from = latest
-            # The config, not the checkpoint, sets the learning rate (Keras 3 checkpoints it).
-            lr = tcfg.learning_rate if tcfg.objective == "ml" else tcfg.rl_learning_rate
-            self.optimizer.learning_rate.assign(lr)
+            # The config, not the checkpoint, sets the learning rate (Keras 3 checkpoints it),
+            # except where training halves it on plateaus: then the halved value carries on.
+            if not tcfg.halve_lr_on_plateau or fresh_optimizer:
+                lr = tcfg.learning_rate if tcfg.objective == "ml" else tcfg.rl_learning_rate
+                self.optimizer.learning_rate.assign(lr)
         self.train_writer = tf.summary.create_file_writer(os.path.join(model_dir, "train"))
         self.eval_writer = tf.summary.create_file_writer(os.path.join(model_dir, "eval"))
         self._train_step = None
@@ -302,7 +304,8 @@ class Trainer:
         loss, or the validation reward in the policy-gradient phases."""
         return ("reward", True) if self.cfg.train.objective != "ml" else ("loss", False)
 
-    def _maybe_save_best(self, eval_metrics: dict) -> None:
+    def _maybe_save_best(self, eval_metrics: dict) -> bool:
+        """Saves a new best checkpoint; returns whether this eval improved on the best."""
         metric, higher = self._best_metric()
         value = eval_metrics[metric]
         path = os.path.join(self.model_dir, "best", "best.json")
@@ -313,13 +316,14 @@ class Trainer:
             if best.get("metric", "loss") == metric:
                 old = best.get("value", best.get("eval_loss"))
                 if (value <= old) if higher else (value >= old):
-                    return
+                    return False
         self.best_manager.save(checkpoint_number=int(self.step.numpy()))
         with open(path + ".tmp", "w") as f:
             json.dump({"step": int(self.step.numpy()), "metric": metric, "value": value,
                        "eval_loss": eval_metrics["loss"],
                        "checkpoint": self.best_manager.latest_checkpoint}, f)
         os.replace(path + ".tmp", path)
+        return True
 
     @staticmethod
     def _describe(ev: dict) -> str:
@@ -385,7 +389,11 @@ class Trainer:
                         for k, v in ev.items():
                             tf.summary.scalar(k, v)
                     print(f"\n[pgn_tf] step {step}: {self._describe(ev)}", flush=True)
-                    self._maybe_save_best(ev)
+                    improved = self._maybe_save_best(ev)
+                    if tcfg.halve_lr_on_plateau and not improved:  # Rush et al. section 7
+                        lr = float(self.optimizer.learning_rate.numpy()) / 2
+                        self.optimizer.learning_rate.assign(lr)
+                        print(f"[pgn_tf] no improvement: learning rate halved to {lr:g}")
                     if tcfg.eval_samples:
                         self.log_samples(step, tcfg.eval_samples)
                     last.update({f"eval_{k}": v for k, v in ev.items()})

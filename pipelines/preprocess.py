@@ -8,7 +8,7 @@ An Apache Beam pipeline, so a corpus too large for one machine runs unchanged on
 runner (Dataflow, Flink, Spark); here it runs on the DirectRunner. Files are read and written
 through Beam's file systems (local paths, gs://, s3://, hdfs://), nothing is assumed local.
 
-    read (jsonl | story | see_bin | tfds)       malformed records counted, never fatal
+    read (jsonl | story | see_bin | tfds | parallel)   malformed records counted, never fatal
       -> tokenize (pgn_tf.text.tokenize, the model's own tokenizer, batched)
       -> drop empty articles / summaries        counted
       -> dedupe by the hash of the tokenized article (one record kept per article: lowest id)
@@ -37,7 +37,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.errors import UserError, run_cli
 
-FORMATS = ("jsonl", "story", "see_bin", "tfds")
+FORMATS = ("jsonl", "story", "see_bin", "tfds", "parallel")
 NAMESPACE = "pgn_tf.preprocess"
 # CNN/DM's url lists (See et al.'s cnn-dailymail repo) -> our split names.
 URL_LISTS = {"all_train.txt": "train", "all_val.txt": "validation", "all_test.txt": "test"}
@@ -98,6 +98,14 @@ def _read_tfds(spec: str):
     _report(stats)
 
 
+def _read_parallel(spec: str):
+    from pgn_tf.data import parallel
+
+    stats = ReadStats()
+    yield from parallel.read_parallel(spec, stats)
+    _report(stats)
+
+
 class Read(beam.PTransform):
     """PBegin -> PCollection[Example] for one input format.
 
@@ -116,8 +124,9 @@ class Read(beam.PTransform):
                 | beam.io.ReadFromText(self.input_path, coder=beam.coders.BytesCoder())
                 | beam.FlatMap(_parse_jsonl_line)
             )
-        if self.fmt == "tfds":
-            return pbegin | beam.Create([self.input_path]) | beam.FlatMap(_read_tfds)
+        if self.fmt in ("tfds", "parallel"):  # one reader: the files must stay in step
+            read = _read_tfds if self.fmt == "tfds" else _read_parallel
+            return pbegin | beam.Create([self.input_path]) | beam.FlatMap(read)
         pattern = self.input_path
         if self.fmt == "story" and not any(c in pattern for c in "*?[") and not pattern.endswith(
             ".story"
@@ -365,6 +374,12 @@ def run(args, beam_args: list[str] | None = None) -> dict:
             raise UserError(f"--input {data_dir} does not exist")
     elif args.format == "story" and FileSystems.exists(args.input):
         pass  # a directory of stories
+    elif args.format == "parallel":
+        from pgn_tf.data import parallel
+
+        for path in parallel.split_spec(args.input):
+            if not FileSystems.exists(path):
+                raise UserError(f"--input {path} does not exist")
     elif not FileSystems.match([args.input])[0].metadata_list:
         raise UserError(f"--input {args.input} matches no file")
     if args.split_files:
@@ -402,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipelines.preprocess",
                                 description=__doc__.splitlines()[0],
                                 epilog="Unknown flags are passed to Beam as pipeline options.")
-    p.add_argument("--input", required=True, help="file, glob or story dir; tfds: DATA_DIR[:split]")
+    p.add_argument("--input", required=True, help="file, glob or story dir; tfds: DATA_DIR[:split]; "
+                   "parallel: SOURCE[,TARGET]")
     p.add_argument("--format", required=True, choices=FORMATS)
     p.add_argument("--output_dir", required=True)
     p.add_argument("--vocab_size", type=int, default=50_000, help="with the 4 special tokens")

@@ -25,12 +25,16 @@ from pgn_tf.config import DataConfig
 from pgn_tf.data import tfrecord
 from pgn_tf.data.example import ReadStats
 
-FORMATS = ("tfrecord", "jsonl", "story", "see_bin", "tfds")
+FORMATS = ("tfrecord", "jsonl", "story", "see_bin", "tfds", "parallel")
 
 
 def detect_format(path: str) -> str:
+    from pgn_tf.data import parallel
+
     if path.startswith("tfds:"):
         return "tfds"
+    if parallel.is_parallel(path):
+        return "parallel"
     if tf.io.gfile.isdir(path):
         return "story"
     base = path.lower()
@@ -43,8 +47,10 @@ def detect_format(path: str) -> str:
 
 def read_examples(path: str, fmt: str, stats: ReadStats):
     """Iterates Examples of any supported format (the readers count what they drop)."""
-    from pgn_tf.data import jsonl, see_bin, stories, tfds_reader
+    from pgn_tf.data import jsonl, parallel, see_bin, stories, tfds_reader
 
+    if fmt == "parallel":
+        return parallel.read_parallel(path, stats)
     if fmt == "jsonl":
         return jsonl.read_jsonl(path, stats)
     if fmt == "story":
@@ -76,7 +82,7 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None) -> list[str
         if n == 0:
             raise ValueError(f"data path {path} holds no records")
         return files
-    src = path[len("tfds:") :].split(":")[0] if fmt == "tfds" else path
+    src = path[len("tfds:") :].split(":")[0] if fmt == "tfds" else path.split(",")[0]
     if not tf.io.gfile.exists(src):
         raise ValueError(f"data path {src} does not exist")
     stat = os.stat(src) if os.path.exists(src) else None
@@ -195,6 +201,12 @@ def make_dataset(
     if training:
         ds = ds.shuffle(cfg.shuffle_buffer, seed=seed)
     ds = ds.map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
+    return batch_records(ds, vocab, cfg, batch_size, pointer_gen, training, drop_empty)
+
+
+def batch_records(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, batch_size: int,
+                  pointer_gen: bool, training: bool, drop_empty: bool) -> tf.data.Dataset:
+    """Records {article, summary, id} (scalar strings) -> batches of features."""
     ds = ds.map(tokenize_fn(cfg), num_parallel_calls=tf.data.AUTOTUNE)
     if drop_empty:
         ds = ds.filter(

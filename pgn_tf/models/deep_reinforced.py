@@ -250,15 +250,18 @@ class DeepReinforced(SummarizationModel):
 
         return {k: batch_major(ta) for k, ta in arrays.items()}
 
+    def token_log_probs(self, features, outputs):
+        """log p(y*_t) of every target step (eq. 12): [B, T]."""
+        target = tf.cast(features["target"], tf.int32)
+        if not self.pointer_gen:
+            return target_log_prob(outputs["logits"], target)
+        return target_log_prob(outputs["logits"], target, outputs["attn"],
+                               outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32))
+
     def loss_terms(self, features, outputs):
         """L_ml (eq. 14: -sum_t log p(y*_t), per example) as nll and total; p_gen_mean."""
         target = tf.cast(features["target"], tf.int32)
-        if self.pointer_gen:
-            log_p = target_log_prob(outputs["logits"], target, outputs["attn"],
-                                    outputs["p_gen_logit"],
-                                    tf.cast(features["enc_ext_ids"], tf.int32))
-        else:
-            log_p = target_log_prob(outputs["logits"], target)
+        log_p = self.token_log_probs(features, outputs)
         mask = tf.sequence_mask(features["dec_len"], tf.shape(target)[1], tf.float32)
         nll = -tf.reduce_sum(log_p * mask, axis=1)
         p_gen = tf.sigmoid(outputs["p_gen_logit"])

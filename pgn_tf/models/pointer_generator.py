@@ -196,20 +196,19 @@ class PointerGenerator(SummarizationModel):
         out["logits"] = self.vocab_proj(out.pop("output"))
         return out
 
+    def token_log_probs(self, features, outputs):
+        """log P(w*_t) of every target step (eq. 9, or eq. 5 for the baseline): [B, T]."""
+        target = tf.cast(features["target"], tf.int32)
+        if not self.pointer_gen:
+            return target_log_prob(outputs["logits"], target)
+        return target_log_prob(outputs["logits"], target, outputs["attn"],
+                               outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32))
+
     def loss_terms(self, features, outputs):
         """Per-example losses (each float32 [B]): nll (eq. 6-7 on eq. 9), coverage (eq. 12),
         total (eq. 13); plus p_gen_mean, a scalar over valid steps."""
         target = tf.cast(features["target"], tf.int32)
-        if self.pointer_gen:
-            log_p = target_log_prob(
-                outputs["logits"],
-                target,
-                outputs["attn"],
-                outputs["p_gen_logit"],
-                tf.cast(features["enc_ext_ids"], tf.int32),
-            )
-        else:
-            log_p = target_log_prob(outputs["logits"], target)
+        log_p = self.token_log_probs(features, outputs)
         dec_len = features["dec_len"]
         nll = losses.nll_per_example(log_p, dec_len)
         terms = {"nll": nll}

@@ -1,0 +1,130 @@
+"""Rush et al. (2015): ABS consistency, ABS+ features, extractive decoding, the three encoders
+through train / evaluate / tune / export / serving."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pgn_tf.data import parallel
+from pgn_tf.data.example import ReadStats
+from pgn_tf.decoding import features
+from pgn_tf.models.abs import ABS
+
+V = 25
+
+
+def batch(seed=0):
+    rng = np.random.default_rng(seed)
+    return {"enc_ids": tf.constant(rng.integers(4, V, (2, 8)), tf.int32),
+            "enc_len": tf.constant([8, 3]),
+            "dec_input": tf.constant(np.c_[[2, 2], rng.integers(4, V, (2, 5))], tf.int32),
+            "target": tf.constant(rng.integers(4, V, (2, 6)), tf.int32),
+            "dec_len": tf.constant([6, 2])}
+
+
+@pytest.mark.parametrize("encoder", ["bow", "conv", "attention"])
+def test_teacher_forcing_equals_step_by_step_decoding(encoder):
+    model = ABS(V, hidden_dim=6, emb_dim=4, window=3, encoder=encoder)
+    f = batch()
+    logits = model(f)["logits"]
+    enc, state = model.encode(f["enc_ids"], f["enc_len"])
+    for t in range(6):
+        log_probs, state, _ = model.decode_step(f["dec_input"][:, t], tf.constant(t), state, enc)
+        np.testing.assert_allclose(log_probs.numpy(), tf.nn.log_softmax(logits[:, t]).numpy(),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_parameter_count_of_the_paper_sizes():
+    v, h, d, c = 1000, 400, 200, 5
+    model = ABS(v, hidden_dim=h, emb_dim=d, window=c, encoder="attention")
+    nnlm = v * d + (c * d * h + h) + (h * v + v) + h * v  # E, U, V, W (eq. 1)
+    enc3 = v * h + v * d + c * d * h  # F, G, P (eq. 8)
+    assert model.count_params() == nnlm + enc3
+
+
+def test_match_features_against_a_hand_count():
+    src = tf.constant([[5, 6, 7, 5, 8, -1]])
+    uni, bi, tri, reorder = features.match_features(src, tf.constant([5]), tf.constant([7]), 10)
+    ids = lambda x: sorted(np.flatnonzero(x.numpy()[0]).tolist())  # noqa: E731
+    assert ids(uni) == [5, 6, 7, 8]
+    assert ids(bi) == [6, 8]  # x_j after a 5
+    assert ids(tri) == [8]  # x_j after "7 5"
+    assert ids(reorder) == [5, 6, 7]  # before the last 5
+
+
+def test_parallel_reader_derives_the_title_file(tmp_path):
+    (tmp_path / "train.article.txt").write_text("first article .\nsecond one .\nthird\n")
+    (tmp_path / "train.title.txt").write_bytes(b"first title\nsec\xffond\n")
+    stats = ReadStats()
+    got = list(parallel.read_parallel(str(tmp_path / "train.article.txt"), stats))
+    assert [(e.article, e.summary) for e in got] == [("first article .", "first title"),
+                                                     ("second one .", "sec\ufffdond")]
+    assert stats.dropped == {"no matching line in the other file": 1}
+    pair = f"{tmp_path / 'train.article.txt'},{tmp_path / 'train.title.txt'}"
+    assert len(list(parallel.read_parallel(pair))) == 2
+    with pytest.raises(ValueError, match="SOURCE,TARGET"):
+        parallel.split_spec(str(tmp_path / "x.txt"))
+
+
+def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
+    from pgn_tf import evaluate, export, train
+    from pgn_tf.data import tfrecord
+    from pgn_tf.inference import Summarizer
+    from serving.client import summarize
+    from serving.server import Server
+
+    # The synthetic corpus as parallel text, the layout of Rush et al.'s Gigaword release.
+    exs = list(tfrecord.read_tfrecords(corpus["train"]))
+    (tmp_path / "train.article.txt").write_text("".join(e.article + "\n" for e in exs))
+    (tmp_path / "train.title.txt").write_text(
+        "".join(e.summary.replace("\n", " ") + "\n" for e in exs))
+    ppl = {}
+    for encoder in ("bow", "conv", "attention"):
+        model_dir = str(tmp_path / encoder)
+        result = train.run(train.build_parser().parse_args([
+            "--model_dir", model_dir, "--config", "rush2015_abs", "--quiet",
+            "--train_data", str(tmp_path / "train.article.txt"),
+            "--eval_data", corpus["validation"], "--set", f"model.abs_encoder={encoder}",
+            "--set", "model.hidden_dim=32", "--set", "model.emb_dim=16",
+            "--set", "data.vocab_size=200", "--set", "data.max_enc_steps=60",
+            "--set", "data.max_dec_steps=14", "--set", "train.batch_size=32",
+            "--set", "train.learning_rate=0.5", "--set", "train.max_steps=80",
+            "--set", "train.eval_every=40", "--set", "train.eval_batches=2",
+            "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=14"]))
+        assert result["eval_loss"] < result["initial_eval_loss"]
+        metrics = evaluate.evaluate(evaluate.build_parser().parse_args(
+            ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
+             "--quiet", "--bootstrap", "10"]))
+        ppl[encoder] = metrics["perplexity"]
+    assert all(np.isfinite(p) and p > 1 for p in ppl.values())
+
+    model_dir = str(tmp_path / "attention")
+    summarizer = Summarizer.from_model_dir(model_dir)
+    summarizer.cfg.decode.extractive = True
+    article = "zorblax , a pilot from quenton , sold 5512 boxes of apples on friday ."
+    words = summarizer.summarize(tf.constant([article]))["tokens"].numpy()[0]
+    source = set(summarizer.encode_text(tf.constant([article]))["enc_tokens"].numpy()[0])
+    assert all(w in source for w in words if w)  # extractive: article words only
+
+    from pgn_tf import tune
+
+    tuned = tune.run(tune.build_parser().parse_args(
+        ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
+         "--grid", "0", "1", "--rounds", "1"]))
+    assert tuned["abs_plus"] >= tuned["abs"] and len(tuned["weights"].split(",")) == 5
+    with open(os.path.join(model_dir, "abs_plus.json")) as f:
+        assert json.load(f)["weights"] == tuned["weights"]
+
+    path = export.export(model_dir, str(tmp_path / "export"), "abs", version=1,
+                         overrides=[f"decode.abs_plus_weights={tuned['weights']}"])
+    server = Server({"abs": (os.path.dirname(path), 1)}, port=0, rest_port=None, poll_seconds=0)
+    try:
+        got = summarize(f"127.0.0.1:{server.port}", "abs", [article])[0]
+        want = tf.saved_model.load(path).signatures["serving_default"](
+            articles=tf.constant([article]))["summaries"].numpy()[0].decode()
+        assert got == want
+    finally:
+        server.stop()
