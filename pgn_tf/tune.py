@@ -1,7 +1,7 @@
 """`python -m pgn_tf.tune`: ABS+ feature weights (Rush et al. 2015 section 5) by coordinate
 ascent on validation ROUGE.
 
-    python -m pgn_tf.tune --model_dir DIR --data validation.jsonl.gz [--limit 300] \
+    python -m pgn_tf.tune --model_dir DIR --data validation.jsonl.gz [--skip 500] [--limit 300] \
         [--grid -1 -0.5 0 0.5 1 2] [--rounds 2] [--metric rougeLsum]
 
 Rush et al. tune alpha with MERT (Z-MERT); this tunes the same five weights with plain
@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from pgn_tf import evaluate
 from pgn_tf.decoding.features import NUM_FEATURES
-from pgn_tf.errors import run_cli
+from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, tokens_to_sentences
 
 
@@ -68,7 +68,9 @@ def coordinate_ascent(score, grid: list[float], rounds: int) -> tuple[list[float
 
 def run(args) -> dict:
     summarizer = Summarizer.from_model_dir(args.model_dir)
-    examples = evaluate.read_split(args.data, None, args.limit)
+    examples = evaluate.read_split(args.data, None, args.skip + args.limit)[args.skip:]
+    if not examples:
+        raise UserError(f"--data {args.data} has no examples after --skip {args.skip}")
     references = [evaluate.reference_text(e.summary, summarizer.cfg.data) for e in examples]
     score = make_scorer(summarizer, [e.article for e in examples], references, args.metric,
                         args.batch_size)
@@ -88,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model_dir", required=True)
     p.add_argument("--data", required=True, help="tuning (validation) data, any pgn_tf format")
     p.add_argument("--limit", type=int, default=300)
+    p.add_argument("--skip", type=int, default=0,
+                   help="leave out the first N examples (e.g. the ones evaluate scores)")
     p.add_argument("--grid", type=float, nargs="+", default=[-1.0, -0.5, 0.0, 0.5, 1.0, 2.0])
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--metric", default="rougeLsum", choices=("rouge1", "rouge2", "rougeLsum"))

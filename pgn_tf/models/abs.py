@@ -70,8 +70,7 @@ class ABS(SummarizationModel):
         enc_ids = self._ids(enc_ids)
         mask = tf.sequence_mask(enc_len, tf.shape(enc_ids)[1])
         enc = dict(self.encoder.precompute(enc_ids, mask), mask=mask,
-                   ext_ids=tf.cast(enc_ids if enc_ext_ids is None else enc_ext_ids, tf.int32),
-                   max_oovs=tf.constant(0, tf.int32))
+                   **self.copy_inputs(enc_ids, enc_ext_ids))  # max_oovs 0: no copying
         state = {"context": tf.fill([tf.shape(enc_ids)[0], self.window], START_ID)}
         return enc, state
 

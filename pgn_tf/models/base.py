@@ -24,6 +24,15 @@ class SummarizationModel(keras.Model):
         ids = tf.cast(ids, tf.int32)
         return self.embedding(tf.where(ids >= self.vocab_size, UNK_ID, ids))
 
+    @staticmethod
+    def copy_inputs(enc_ids, enc_ext_ids=None, num_oovs=None) -> dict:
+        """The encoder-side entries every model's `enc` holds for the search and the pointer:
+        ext_ids int32 [B, L] (extended-vocab ids) and max_oovs int32 scalar (OOV slots)."""
+        ext = enc_ids if enc_ext_ids is None else enc_ext_ids
+        max_oovs = (tf.constant(0, tf.int32) if num_oovs is None
+                    else tf.reduce_max(tf.concat([tf.cast(num_oovs, tf.int32), [0]], 0)))
+        return {"ext_ids": tf.cast(ext, tf.int32), "max_oovs": max_oovs}
+
     def train_step(self, data):
         """`model.fit` path: the same loss as pgn_tf.train's custom loop (clipping is the
         optimizer's global_clipnorm there)."""

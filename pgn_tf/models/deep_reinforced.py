@@ -152,10 +152,7 @@ class DeepReinforced(SummarizationModel):
             "outputs": outputs,
             "features": self.enc_attention.precompute(outputs),
             "mask": mask,
-            "ext_ids": tf.cast(enc_ids if enc_ext_ids is None else enc_ext_ids, tf.int32),
-            "max_oovs": tf.constant(0, tf.int32)
-            if num_oovs is None
-            else tf.reduce_max(tf.concat([tf.cast(num_oovs, tf.int32), [0]], 0)),
+            **self.copy_inputs(enc_ids, enc_ext_ids, num_oovs),
             SHARED: {"w_out": self.out_proj.kernel() if self.shared_embedding
                      else tf.zeros([0])},
         }
@@ -271,37 +268,38 @@ class DeepReinforced(SummarizationModel):
 
     # -- self-critical policy gradient (L_rl) --------------------------------------------------
 
-    def rl_terms(self, features, max_steps=None):
-        """Eq. 15 per example: (r(y_greedy) - r(y_sample)) * sum_t log p(y_sample_t), r =
-        ROUGE-L F1 against the reference ids. Returns dict rl, reward_sample, reward_greedy."""
-        target = tf.cast(features["target"], tf.int32)
-        b = tf.shape(target)[0]
+    def _search_setup(self, features, max_steps=None):
+        """Encodes once for decoding against the reference: (step_fn, state, batch, steps)."""
+        target = features["target"]
         steps = tf.shape(target)[1] if max_steps is None else max_steps
         enc, state = self.encode(features["enc_ids"], features["enc_len"],
                                  features.get("enc_ext_ids"), features.get("num_oovs"),
                                  max_dec_steps=steps)
         step_fn = lambda ids, t, st: self.decode_step(ids, t, st, enc)  # noqa: E731
+        return step_fn, state, tf.shape(target)[0], steps
+
+    @staticmethod
+    def _reward(result, features):
+        """ROUGE-L F1 of a search result against the reference ids: [B]."""
+        ref, ref_len = reference_ids(features["target"], features["dec_len"])
+        return rewards.rouge_l_f1(_no_unk(result["ids"], -2), result["length"], ref, ref_len)
+
+    def rl_terms(self, features, max_steps=None):
+        """Eq. 15 per example: (r(y_greedy) - r(y_sample)) * sum_t log p(y_sample_t), r =
+        ROUGE-L F1 against the reference ids. Returns dict rl, reward_sample, reward_greedy."""
+        step_fn, state, b, steps = self._search_setup(features, max_steps)
         sampled = sampling.search(step_fn, state, b, steps, START_ID, STOP_ID)
         best = greedy.search(step_fn, state, b, steps, START_ID, STOP_ID)
-        ref, ref_len = reference_ids(target, features["dec_len"])
-        r_sample = rewards.rouge_l_f1(_no_unk(sampled["ids"], -2), sampled["length"], ref, ref_len)
-        r_greedy = rewards.rouge_l_f1(_no_unk(tf.stop_gradient(best["ids"]), -2), best["length"],
-                                      ref, ref_len)
+        r_sample = self._reward(sampled, features)
+        r_greedy = self._reward(best, features)
         log_p = tf.reduce_sum(sampled["step_log_probs"], axis=1)  # [STOP] included
         advantage = tf.stop_gradient(r_greedy - r_sample)
         return {"rl": advantage * log_p, "reward_sample": r_sample, "reward_greedy": r_greedy}
 
     def greedy_reward(self, features):
         """Validation ROUGE-L of greedy decoding, per example (no gradient)."""
-        target = tf.cast(features["target"], tf.int32)
-        enc, state = self.encode(features["enc_ids"], features["enc_len"],
-                                 features.get("enc_ext_ids"), features.get("num_oovs"),
-                                 max_dec_steps=tf.shape(target)[1])
-        step_fn = lambda ids, t, st: self.decode_step(ids, t, st, enc)  # noqa: E731
-        best = greedy.search(step_fn, state, tf.shape(target)[0], tf.shape(target)[1],
-                             START_ID, STOP_ID)
-        ref, ref_len = reference_ids(target, features["dec_len"])
-        return rewards.rouge_l_f1(_no_unk(best["ids"], -2), best["length"], ref, ref_len)
+        step_fn, state, b, steps = self._search_setup(features)
+        return self._reward(greedy.search(step_fn, state, b, steps, START_ID, STOP_ID), features)
 
 
 def _no_unk(ids, value):

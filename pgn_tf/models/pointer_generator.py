@@ -123,10 +123,7 @@ class PointerGenerator(SummarizationModel):
             "outputs": outputs,
             "features": self.cell.attention.precompute(outputs),
             "mask": mask,
-            "ext_ids": tf.cast(enc_ids if enc_ext_ids is None else enc_ext_ids, tf.int32),
-            "max_oovs": tf.constant(0, tf.int32)
-            if num_oovs is None
-            else tf.reduce_max(tf.concat([tf.cast(num_oovs, tf.int32), [0]], 0)),
+            **self.copy_inputs(enc_ids, enc_ext_ids, num_oovs),
         }
         state = {
             "h": h,
