@@ -129,10 +129,15 @@ class Trainer:
         if tcfg.mixed_precision not in ("", "mixed_bfloat16"):
             raise UserError(f"train.mixed_precision must be '' or 'mixed_bfloat16', got "
                             f"'{tcfg.mixed_precision}'")
-        keras.mixed_precision.set_global_policy(tcfg.mixed_precision or "float32")
         with strategy.scope():
             keras.utils.set_random_seed(tcfg.seed)
-            self.model = build_model(cfg.model, vocab.size)
+            # Layers take the policy when built; restore it after, so nothing else inherits it.
+            previous = keras.mixed_precision.global_policy()
+            keras.mixed_precision.set_global_policy(tcfg.mixed_precision or "float32")
+            try:
+                self.model = build_model(cfg.model, vocab.size)
+            finally:
+                keras.mixed_precision.set_global_policy(previous)
             if tcfg.objective != "ml" and not hasattr(self.model, "rl_terms"):
                 raise UserError(f"train.objective={tcfg.objective} needs a model with a policy-"
                                 f"gradient objective (model.model_type=deep_reinforced)")
@@ -351,12 +356,16 @@ class Trainer:
                 print(f"[pgn_tf] step {start}: {self._describe(ev)}", flush=True)
                 initial = {f"initial_eval_{k}": v for k, v in ev.items()}
         t_window = time.perf_counter()
+        step = start
         for step in range(start + 1, tcfg.max_steps + 1):
             report = self.train_step(next(it))
             self.step.assign(step)
+            # train.max_minutes: a wall-clock budget; the step that crosses it is the last.
+            final = step == tcfg.max_steps or (
+                tcfg.max_minutes > 0 and time.perf_counter() - t0 > 60 * tcfg.max_minutes)
             window_steps += 1
             window_ex += self.global_batch
-            if step % tcfg.log_every == 0 or step == tcfg.max_steps:
+            if step % tcfg.log_every == 0 or final:
                 last = {k: float(v) for k, v in report.items()}
                 elapsed = time.perf_counter() - t_window
                 with self.train_writer.as_default(step=step):
@@ -379,10 +388,10 @@ class Trainer:
                 t_window = time.perf_counter()
                 window_steps, window_ex = 0, 0
             progbar.update(step, [(k, float(report[k])) for k in ("loss", "grad_norm")]
-                           if step % 10 == 0 or step == tcfg.max_steps else None)
-            if step % tcfg.checkpoint_every == 0 or step == tcfg.max_steps:
+                           if step % 10 == 0 or final else None)
+            if step % tcfg.checkpoint_every == 0 or final:
                 self.manager.save(checkpoint_number=step)
-            if self.eval_files and (step % tcfg.eval_every == 0 or step == tcfg.max_steps):
+            if self.eval_files and (step % tcfg.eval_every == 0 or final):
                 ev = self.evaluate()
                 if ev:
                     with self.eval_writer.as_default(step=step):
@@ -397,11 +406,13 @@ class Trainer:
                     if tcfg.eval_samples:
                         self.log_samples(step, tcfg.eval_samples)
                     last.update({f"eval_{k}": v for k, v in ev.items()})
+            if final:
+                break
         self.train_writer.flush()
         self.eval_writer.flush()
         total = time.perf_counter() - t0
-        steps = tcfg.max_steps - start
-        result = {"steps": steps, "final_step": tcfg.max_steps, "wall_seconds": round(total, 2),
+        steps = step - start
+        result = {"steps": steps, "final_step": step, "wall_seconds": round(total, 2),
                   "steps_per_sec": round(steps / total, 3)}
         if steady["steps"]:
             result["steady_steps_per_sec"] = round(steady["steps"] / steady["seconds"], 3)

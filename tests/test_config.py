@@ -56,3 +56,10 @@ def test_yaml_file_with_preset_and_round_trip(tmp_path):
 def test_unknown_preset():
     with pytest.raises(ValueError, match="unknown config 'nope'"):
         config.load("nope")
+
+
+def test_set_parses_by_the_fields_type_not_the_presets_value():
+    from pgn_tf import config
+
+    cfg = config.resolve("debian_pgn", ["train.max_minutes=0.5"])  # the preset holds an int
+    assert cfg.train.max_minutes == 0.5

@@ -139,3 +139,21 @@ def test_bad_inputs_fail_with_one_line_and_touch_nothing(trained, tmp_path, corp
         assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
     assert _snapshot(model_dir) == before
+
+
+def test_time_budget_and_bfloat16_mixed_precision(tmp_path, corpus):
+    """train.max_minutes stops early (checkpoint and eval at the last step); bf16 compute
+    trains with finite, falling losses and leaves float32 variables."""
+    import json
+
+    proc = train(tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],
+                 "--set", "train.max_steps=100000", "--set", "train.max_minutes=0.1",
+                 "--set", "train.mixed_precision=mixed_bfloat16", "--set", "train.eval_every=1000")
+    result = json.loads((tmp_path / "train_result.json").read_text())
+    assert 0 < result["final_step"] < 100000, proc.stdout[-2000:]
+    assert np.isfinite(result["loss"]) and result["eval_loss"] < result["initial_eval_loss"]
+    last = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
+    assert last.endswith(f"ckpt-{result['final_step']}")
+    reader = tf.train.load_checkpoint(last)
+    dtypes = reader.get_variable_to_dtype_map()
+    assert all(d == tf.float32 for n, d in dtypes.items() if "embeddings" in n)

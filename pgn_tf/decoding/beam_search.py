@@ -210,8 +210,9 @@ def beam_search(
 
         if return_extras:
             here = tf.equal(tf.range(T), step)  # [T]
-            attn = tf.reshape(step_extras["attn"], [B, K, -1])
-            pgen = tf.reshape(step_extras["p_gen"], [B, K])
+            # float32 buffers whatever the model computes in (bf16 under mixed precision)
+            attn = tf.reshape(tf.cast(step_extras["attn"], tf.float32), [B, K, -1])
+            pgen = tf.reshape(tf.cast(step_extras["p_gen"], tf.float32), [B, K])
             cand_attn = tf.gather(ex["alive_attn"], beam_idx, batch_dims=1)  # [B, 2K, T, L]
             cand_attn = tf.where(
                 here[None, None, :, None],
