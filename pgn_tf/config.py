@@ -345,6 +345,15 @@ def resolve(name_or_path: str | None, overrides: list[str] | None = None) -> Con
     return apply_overrides(cfg, overrides)
 
 
+def best_measure(cfg: Config) -> tuple[str, str, bool]:
+    """(name, eval key, higher is better) of what a model dir's best checkpoint is chosen by:
+    the eval loss, or the validation reward in a policy-gradient phase. The name tells phases
+    apart: a loss with coverage terms does not compare with one without."""
+    if cfg.train.objective != "ml":
+        return "reward", "reward", True
+    return ("loss+coverage" if cfg.model.coverage else "loss"), "loss", False
+
+
 def load_from_model_dir(model_dir: str) -> Config:
     path = os.path.join(model_dir, "config.json")
     if not os.path.exists(path):

@@ -7,6 +7,7 @@ exported SavedModel all run, so in-process and served summaries cannot differ.
 
 from __future__ import annotations
 
+import json
 import os
 
 import tensorflow as tf
@@ -22,12 +23,20 @@ from pgn_tf.errors import UserError
 from pgn_tf.models import build_model
 
 
-def find_checkpoint(model_dir: str, which: str = "best") -> str:
-    """The best checkpoint (lowest eval loss) if there is one and which == "best", else the
-    latest; UserError if the model dir has none."""
+def find_checkpoint(model_dir: str, which: str = "best",
+                    cfg: config_lib.Config | None = None) -> str:
+    """The best checkpoint if there is one and which == "best", else the latest; UserError if
+    the model dir has none. A best chosen in an earlier phase (before the coverage conversion
+    or the RL phase, whose variables or measure differ: best.json says which) is passed over
+    for the latest."""
     if not os.path.isdir(model_dir):
         raise UserError(f"model dir {model_dir} does not exist")
     best = tf.train.latest_checkpoint(os.path.join(model_dir, "best"))
+    info = os.path.join(model_dir, "best", "best.json")
+    if best and cfg is not None and os.path.exists(info):
+        with open(info) as f:
+            if json.load(f).get("metric", "loss") != config_lib.best_measure(cfg)[0]:
+                best = None
     latest = tf.train.latest_checkpoint(os.path.join(model_dir, "ckpt"))
     path = (best or latest) if which == "best" else (latest or best)
     if not path:
@@ -37,8 +46,8 @@ def find_checkpoint(model_dir: str, which: str = "best") -> str:
 
 def load_model(model_dir: str, which: str = "best"):
     """(cfg, vocab, model, checkpoint path) restored from a model dir."""
-    ckpt_path = find_checkpoint(model_dir, which)
     cfg = config_lib.load_from_model_dir(model_dir)
+    ckpt_path = find_checkpoint(model_dir, which, cfg)
     vocab = vocab_lib.Vocab.load(os.path.join(model_dir, "vocab.txt"), cfg.data.vocab_size)
     model = build_model(cfg.model, vocab.size)
     tf.train.Checkpoint(model=model).restore(ckpt_path).expect_partial().assert_existing_objects_matched()

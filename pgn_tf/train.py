@@ -304,20 +304,15 @@ class Trainer:
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def _best_metric(self) -> tuple[str, bool]:
-        """(eval metric the best checkpoint is chosen by, True if higher is better): the eval
-        loss, or the validation reward in the policy-gradient phases."""
-        return ("reward", True) if self.cfg.train.objective != "ml" else ("loss", False)
-
     def _maybe_save_best(self, eval_metrics: dict) -> bool:
         """Saves a new best checkpoint; returns whether this eval improved on the best."""
-        metric, higher = self._best_metric()
-        value = eval_metrics[metric]
+        metric, key, higher = config_lib.best_measure(self.cfg)
+        value = eval_metrics[key]
         path = os.path.join(self.model_dir, "best", "best.json")
         if os.path.exists(path):
             with open(path) as f:
                 best = json.load(f)
-            # A best chosen by another measure (the ML phase's loss) does not compete.
+            # A best chosen by another measure (an earlier phase's) does not compete.
             if best.get("metric", "loss") == metric:
                 old = best.get("value", best.get("eval_loss"))
                 if (value <= old) if higher else (value >= old):
@@ -355,6 +350,8 @@ class Trainer:
                         tf.summary.scalar(k, v)
                 print(f"[pgn_tf] step {start}: {self._describe(ev)}", flush=True)
                 initial = {f"initial_eval_{k}": v for k, v in ev.items()}
+                if self.fresh_optimizer:  # a new phase: its model is the first best of its kind
+                    self._maybe_save_best(ev)
         t_window = time.perf_counter()
         step = start
         for step in range(start + 1, tcfg.max_steps + 1):
