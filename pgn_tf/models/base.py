@@ -33,6 +33,12 @@ class SummarizationModel(keras.Model):
                     else tf.reduce_max(tf.concat([tf.cast(num_oovs, tf.int32), [0]], 0)))
         return {"ext_ids": tf.cast(ext, tf.int32), "max_oovs": max_oovs}
 
+    @staticmethod
+    def batch_major(ta: tf.TensorArray) -> tf.Tensor:
+        """A TensorArray written once per decoder step -> [batch, steps, ...]."""
+        x = ta.stack()
+        return tf.transpose(x, [1, 0] + list(range(2, len(x.shape))))
+
     def train_step(self, data):
         """`model.fit` path: the same loss as pgn_tf.train's custom loop (clipping is the
         optimizer's global_clipnorm there)."""

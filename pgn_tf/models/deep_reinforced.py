@@ -241,11 +241,7 @@ class DeepReinforced(SummarizationModel):
         _, _, _, arrays = tf.while_loop(
             lambda t, *_: t < steps, body, (tf.constant(0), dec_input[:, 0], state, arrays))
 
-        def batch_major(ta):
-            x = ta.stack()
-            return tf.transpose(x, [1, 0] + list(range(2, len(x.shape))))
-
-        return {k: batch_major(ta) for k, ta in arrays.items()}
+        return {k: self.batch_major(ta) for k, ta in arrays.items()}
 
     def token_log_probs(self, features, outputs):
         """log p(y*_t) of every target step (eq. 12): [B, T]."""

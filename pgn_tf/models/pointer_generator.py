@@ -184,11 +184,7 @@ class PointerGenerator(SummarizationModel):
 
         _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), state, arrays))
 
-        def batch_major(ta):
-            x = ta.stack()
-            return tf.transpose(x, [1, 0] + list(range(2, len(x.shape))))
-
-        out = {k: batch_major(ta) for k, ta in arrays.items()}
+        out = {k: self.batch_major(ta) for k, ta in arrays.items()}
         # The vocabulary layer runs once over all steps: one [B*T, H] x [H, V] matmul.
         out["logits"] = self.vocab_proj(out.pop("output"))
         return out
