@@ -101,8 +101,8 @@ class Table:
         from pgn_tf.evaluate import read_split
 
         first = read_split(self.valid, None, 1)[0].article
-        sh(["-m", "pgn_tf.summarize", "--model_dir", d, "--explain", self.attention_png, first],
-           self.log)
+        for picture in (self.attention_png, self.attention_png[: -len(".png")] + ".html"):
+            sh(["-m", "pgn_tf.summarize", "--model_dir", d, "--explain", picture, first], self.log)
 
         d = os.path.join(w, "paulus")
         t1 = self.train_phase(d, "debian_paulus", 50 * scale)
@@ -188,7 +188,8 @@ class Table:
                 with open(row["decoded"]) as f:
                     decoded[row["name"]] = [json.loads(next(f))["decoded"] for _ in range(10)]
         out = ["# Ten validation examples side by side\n",
-               f"![attention of PGN + coverage on example 1]({os.path.basename(self.attention_png)})\n"]
+               f"![attention of PGN + coverage on example 1]({os.path.basename(self.attention_png)})"
+               " (with the words: attention.html)\n"]
         for i, ex in enumerate(examples):
             out.append(f"## {i + 1}. `{ex.id}`\n\n**article:** {ex.article[:300]}...\n\n"
                        f"**reference:** {ex.summary}\n")

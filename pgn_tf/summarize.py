@@ -33,7 +33,7 @@ def summarize(args) -> str:
         attn = out["attention"].numpy()[0][:n, : len(source)]
         p_gen = out["p_gen"].numpy()[0][:n] if summarizer.cfg.model.pointer_gen else None
         if args.explain.endswith(".png"):
-            visualize.write_png(args.explain, visualize.attention_image(attn, p_gen))
+            visualize.write_png(args.explain, visualize.attention_image(attn, p_gen, scale=16))
         elif args.explain.endswith((".html", ".htm")):
             with open(args.explain, "w", encoding="utf-8") as f:
                 f.write(visualize.attention_html(source, output, attn, p_gen))
