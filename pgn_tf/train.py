@@ -345,7 +345,7 @@ class Trainer:
         if (start == 0 or self.fresh_optimizer) and self.eval_files:  # where the curve starts
             ev = self.evaluate()
             if ev:
-                with self.eval_writer.as_default(step=0):
+                with self.eval_writer.as_default(step=start):
                     for k, v in ev.items():
                         tf.summary.scalar(k, v)
                 print(f"[pgn_tf] step {start}: {self._describe(ev)}", flush=True)
