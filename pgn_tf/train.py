@@ -325,9 +325,16 @@ class Trainer:
         os.replace(path + ".tmp", path)
         return True
 
-    @staticmethod
-    def _describe(ev: dict) -> str:
-        return ", ".join(f"eval {k} {v:.4f}" for k, v in ev.items())
+    def _eval_and_log(self, step: int) -> dict | None:
+        """Runs evaluate(); its figures go to TensorBoard at `step` and to one printed line."""
+        ev = self.evaluate()
+        if ev:
+            with self.eval_writer.as_default(step=step):
+                for k, v in ev.items():
+                    tf.summary.scalar(k, v)
+            figures = ", ".join(f"eval {k} {v:.4f}" for k, v in ev.items())
+            print(f"\n[pgn_tf] step {step}: {figures}", flush=True)
+        return ev
 
     def fit(self, verbose: int = 1) -> dict:
         tcfg = self.cfg.train
@@ -343,12 +350,8 @@ class Trainer:
         steady = {"steps": 0, "seconds": 0.0, "src_tokens": 0.0}
         last, initial = {}, {}
         if (start == 0 or self.fresh_optimizer) and self.eval_files:  # where the curve starts
-            ev = self.evaluate()
+            ev = self._eval_and_log(start)
             if ev:
-                with self.eval_writer.as_default(step=start):
-                    for k, v in ev.items():
-                        tf.summary.scalar(k, v)
-                print(f"[pgn_tf] step {start}: {self._describe(ev)}", flush=True)
                 initial = {f"initial_eval_{k}": v for k, v in ev.items()}
                 if self.fresh_optimizer:  # a new phase: its model is the first best of its kind
                     self._maybe_save_best(ev)
@@ -389,12 +392,8 @@ class Trainer:
             if step % tcfg.checkpoint_every == 0 or final:
                 self.manager.save(checkpoint_number=step)
             if self.eval_files and (step % tcfg.eval_every == 0 or final):
-                ev = self.evaluate()
+                ev = self._eval_and_log(step)
                 if ev:
-                    with self.eval_writer.as_default(step=step):
-                        for k, v in ev.items():
-                            tf.summary.scalar(k, v)
-                    print(f"\n[pgn_tf] step {step}: {self._describe(ev)}", flush=True)
                     improved = self._maybe_save_best(ev)
                     if tcfg.halve_lr_on_plateau and not improved:  # Rush et al. section 7
                         lr = float(self.optimizer.learning_rate.numpy()) / 2
