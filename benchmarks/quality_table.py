@@ -93,9 +93,9 @@ class Table:
         self.evaluate("see2017 baseline", d, train=[t])
 
         d = os.path.join(w, "pgn")
-        t1 = self.train_phase(d, "debian_pgn", 50 * scale)
+        t1 = self.train_phase(d, "debian_pgn", 45 * scale)
         self.evaluate("see2017 pointer-generator", d, train=[t1])
-        t2 = self.train_phase(d, "debian_coverage", 10 * scale)
+        t2 = self.train_phase(d, "debian_coverage", 15 * scale)
         self.evaluate("see2017 pointer-generator + coverage", d, train=[t1, t2])
         self.attention_png = os.path.join(w, "attention.png")
         from pgn_tf.evaluate import read_split
