@@ -177,7 +177,7 @@ def rush2015_abs() -> Config:
 def _debian(cfg: Config, minutes: float) -> Config:
     """The Debian package-description corpus (README "Quality"): one-line synopses of long
     descriptions, so articles are cut to 100 tokens, summaries to 20, decoding to 3-30 tokens;
-    a 5k vocab (the output softmax is most of a step's cost here, and the pointer copies the
+    a 5k vocab (the output softmax is a large share of a step's cost here; the pointer copies the
     rest); batch 32; a wall-clock budget, not steps; eval loss over 50 batches (1,600 pairs),
     which picks the best checkpoint."""
     cfg.data.vocab_size = 5_000
