@@ -13,7 +13,6 @@ import tensorflow as tf
 
 from pgn_tf.layers.abs_encoder import ABSEncoder
 from pgn_tf.layers.nnlm import NNLMDecoder, context_windows
-from pgn_tf.layers.pointer import target_log_prob
 from pgn_tf.models.base import SummarizationModel
 from pgn_tf.vocab import START_ID, UNK_ID
 
@@ -93,9 +92,6 @@ class ABS(SummarizationModel):
         context = context_windows(self._ids(features["dec_input"]), self.window, START_ID)
         vec, attn = self.encoder(self.encoder.precompute(ids, mask), mask, context)
         return {"logits": self.decoder(context, vec), "attn": attn}
-
-    def token_log_probs(self, features, outputs):
-        return target_log_prob(outputs["logits"], tf.cast(features["target"], tf.int32))
 
     def loss_terms(self, features, outputs):
         """Mean NLL per target token of each example (section 4); p_gen_mean is 1 (no copy)."""

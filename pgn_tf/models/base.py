@@ -10,6 +10,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from pgn_tf.layers.pointer import target_log_prob
 from pgn_tf.vocab import UNK_ID
 
 
@@ -38,6 +39,15 @@ class SummarizationModel(keras.Model):
         """A TensorArray written once per decoder step -> [batch, steps, ...]."""
         x = ta.stack()
         return tf.transpose(x, [1, 0] + list(range(2, len(x.shape))))
+
+    def token_log_probs(self, features, outputs):
+        """log p(y*_t) of every target step, [B, T]: the pointer mixture's (See et al. eq. 9,
+        Paulus et al. eq. 12) when `self.pointer_gen`, else the vocabulary softmax's."""
+        target = tf.cast(features["target"], tf.int32)
+        if not self.pointer_gen:
+            return target_log_prob(outputs["logits"], target)
+        return target_log_prob(outputs["logits"], target, outputs["attn"],
+                               outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32))
 
     def train_step(self, data):
         """`model.fit` path: the same loss as pgn_tf.train's custom loop (clipping is the

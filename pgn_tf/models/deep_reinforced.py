@@ -31,7 +31,7 @@ from pgn_tf.decoding.beam_search import SHARED
 from pgn_tf.layers.attention import IntraTemporalAttention
 from pgn_tf.layers.decoder_attention import IntraDecoderAttention
 from pgn_tf.layers.encoder import BiLSTMEncoder
-from pgn_tf.layers.pointer import PointerSwitch, final_distribution, target_log_prob
+from pgn_tf.layers.pointer import PointerSwitch, final_distribution
 from pgn_tf.layers.tied_projection import TiedOutputProjection
 from pgn_tf.models.base import SummarizationModel
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
@@ -242,14 +242,6 @@ class DeepReinforced(SummarizationModel):
             lambda t, *_: t < steps, body, (tf.constant(0), dec_input[:, 0], state, arrays))
 
         return {k: self.batch_major(ta) for k, ta in arrays.items()}
-
-    def token_log_probs(self, features, outputs):
-        """log p(y*_t) of every target step (eq. 12): [B, T]."""
-        target = tf.cast(features["target"], tf.int32)
-        if not self.pointer_gen:
-            return target_log_prob(outputs["logits"], target)
-        return target_log_prob(outputs["logits"], target, outputs["attn"],
-                               outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32))
 
     def loss_terms(self, features, outputs):
         """L_ml (eq. 14: -sum_t log p(y*_t), per example) as nll and total; p_gen_mean."""

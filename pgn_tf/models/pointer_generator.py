@@ -18,7 +18,7 @@ import tensorflow as tf
 from pgn_tf import losses
 from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
-from pgn_tf.layers.pointer import final_distribution, target_log_prob
+from pgn_tf.layers.pointer import final_distribution
 from pgn_tf.models.base import SummarizationModel
 
 FEATURE_KEYS = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target", "dec_len")
@@ -188,14 +188,6 @@ class PointerGenerator(SummarizationModel):
         # The vocabulary layer runs once over all steps: one [B*T, H] x [H, V] matmul.
         out["logits"] = self.vocab_proj(out.pop("output"))
         return out
-
-    def token_log_probs(self, features, outputs):
-        """log P(w*_t) of every target step (eq. 9, or eq. 5 for the baseline): [B, T]."""
-        target = tf.cast(features["target"], tf.int32)
-        if not self.pointer_gen:
-            return target_log_prob(outputs["logits"], target)
-        return target_log_prob(outputs["logits"], target, outputs["attn"],
-                               outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32))
 
     def loss_terms(self, features, outputs):
         """Per-example losses (each float32 [B]): nll (eq. 6-7 on eq. 9), coverage (eq. 12),
