@@ -21,6 +21,7 @@ from pgn_tf.layers.pointer import final_distribution
 from pgn_tf.models.base import SummarizationModel
 
 
+@keras.saving.register_keras_serializable(package="pgn_tf")
 class PointerGenerator(SummarizationModel):
     """Args:
       vocab_size: V (with the 4 special tokens); hidden_dim: H; emb_dim: E;
