@@ -36,6 +36,7 @@ class ModelConfig:
     pointer_gen: bool = True
     coverage: bool = False
     cov_loss_wt: float = 1.0  # lambda in See et al. eq. 13
+    dropout: float = 0.0  # See et al.'s model: on embeddings and o_t in training (not in the paper)
     rand_unif_init_mag: float = 0.02
     trunc_norm_init_std: float = 1e-4
     emb_init_std: float = 0.0  # stddev of the embedding init; 0 = trunc_norm_init_std
