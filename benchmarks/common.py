@@ -17,12 +17,31 @@ def percentiles(latencies_s: list[float]) -> dict:
             "p99_ms": round(float(np.percentile(ms, 99)), 2)}
 
 
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_flags() -> str:
+    """The CPU's vector extensions that decide TF's CPU speed (printed beside every figure)."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        return "unknown"
+    return " ".join(f for f in VECTOR_FLAGS if f in flags) or "none of " + ",".join(VECTOR_FLAGS)
+
+
 def machine() -> dict:
-    return {"cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version()}
+    return {"cpus": os.cpu_count(), "machine": platform.machine(),
+            "python": platform.python_version(), "cpu_flags": cpu_flags()}
 
 
 def emit(name: str, result: dict) -> None:
-    """Prints the figures readably, then one JSON line for tools."""
+    """Prints the figures readably (with the CPU's vector flags), then one JSON line for tools."""
+    print(f"  cpu_flags: {cpu_flags()}")
     for k, v in result.items():
         print(f"  {k}: {v}")
     print(json.dumps({"benchmark": name, **result, **machine()}), flush=True)

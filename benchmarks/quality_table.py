@@ -1,20 +1,37 @@
 """The quality table on the Debian package-description corpus: every model trained and scored
 on validation with the same script, end to end.
 
-    python benchmarks/quality_table.py --data_dir DIR [--work_dir runs/quality] \
-        [--minutes 60] [--score 2365] [--tune 500]
+    python benchmarks/quality_table.py --data_dir DIR --work_dir runs/quality \
+        [--stages lead,see,seeds,paulus,see_rl,abs,decode] [--minutes 60] [--score 1500]
+    python benchmarks/quality_table.py --work_dir runs/quality --render
 
-DIR holds train.jsonl.gz and validation.jsonl.gz (pipelines.debian_descriptions). Rows:
-lead-6/8/10 words; See et al.'s baseline, pointer-generator, and pointer-generator + coverage
-(the paper's two phases in one model dir); Paulus et al. ML and ML+RL (two phases); Rush et al.'s
-ABS with each of its three encoders (20 minutes each: one hour for the ablation) and ABS+
-(feature weights tuned on --tune validation examples after the scored ones). Each model trains
-for the wall-clock budget of its debian_* preset, scaled so that a whole model takes --minutes
-(60 = the presets' own budget). The first --score validation
-examples are decoded with beam search and scored (rouge-score F1, stemmed, bootstrap 95%
-intervals). Writes <work_dir>/table.md, results.json, report.md (10 examples side by side with
-an attention heatmap) and prints the table, the papers' claims and the issue's targets checked,
-and a JSON line. `--render` rewrites table.md and report.md from a finished run's results.json.
+DIR holds train.jsonl.gz and validation.jsonl.gz (pipelines.debian_descriptions). The first
+--score validation pairs are decoded as `pgn_tf.evaluate` decodes them and scored (rouge-score
+F1, stemmed, bootstrap 95% intervals). Each stage adds its rows to <work_dir>/results.json, so
+stages can run in separate invocations (a stage run again replaces its rows):
+
+  lead    lead-6/8/10 words.
+  see     See et al.: the baseline (--minutes), the pointer-generator (3/4 of --minutes), then
+          coverage in the same model dir (1/4); every checkpoint of that run is kept, so beside
+          its ROUGE-chosen best it also scores the checkpoint chosen by eval loss and the
+          average of the last 5 (pgn_tf.average_checkpoints); the learning curves (eval loss and
+          validation ROUGE against minutes) go to curves.md.
+  seeds   the same pointer-generator + coverage recipe at --seed_minutes, seeds 1 and 2: their
+          spread says which differences are noise.
+  paulus  Paulus et al.: ML for --minutes minus --rl_minutes, then from that model two arms of
+          --rl_minutes each, ML continued and the mixed ML+RL objective (eq. 16), compared with
+          a paired bootstrap on ROUGE-L (pgn_tf.significance).
+  see_rl  the same two arms from the `see` stage's coverage model (See et al.'s model trained
+          with Paulus et al.'s objective).
+  abs     Rush et al.: ABS with each encoder (--abs_minutes each, the same budget), ABS+ with
+          feature weights tuned on --tune validation pairs after the scored ones.
+  decode  decoding choices on the `see` stage's coverage model, each against the same model
+          without it: raw output ([UNK] not replaced), avoid_unk, trigram blocking, the GNMT
+          coverage penalty, the repeated-word block.
+
+Writes table.md (the table, the papers' claims and the issues' targets checked), results.json,
+report.md (10 examples side by side with an attention heatmap), curves.md; prints the table
+and a JSON line. `--render` rewrites them from results.json.
 """
 
 from __future__ import annotations
@@ -22,16 +39,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.common import emit  # noqa: E402
+from benchmarks.common import cpu_flags, emit  # noqa: E402
 
-# The issue's reference: OpenNMT-py copy attention + coverage, 60 minutes on this machine type.
-OPENNMT_ROUGE1 = 38.55
+STAGES = ("lead", "see", "seeds", "paulus", "see_rl", "abs", "decode")
+COV = "see2017 pointer-generator + coverage"
+DECODE_VARIANTS = (  # (row suffix, decode overrides): each changes one thing
+    ("raw output, [UNK] kept", ["decode.replace_unk=false"]),
+    ("avoid_unk", ["decode.replace_unk=false", "decode.avoid_unk=true"]),
+    ("trigram blocking", ["decode.block_trigrams=true"]),
+    ("coverage penalty 0.2", ["decode.coverage_penalty=0.2"]),
+    ("repeated-word block", ["decode.block_repeated_words=true"]),
+)
 
 
 def sh(args: list[str], log: str) -> None:
@@ -47,29 +72,58 @@ def sh(args: list[str], log: str) -> None:
         raise RuntimeError(f"{' '.join(args[:3])} failed:\n{tail}")
 
 
+def event_scalars(log_dir: str, tags: tuple) -> dict:
+    """{tag: [(wall_time, step, value)]} from a TensorBoard log dir."""
+    import tensorflow as tf
+
+    out: dict = {t: [] for t in tags}
+    for fn in sorted(tf.io.gfile.glob(os.path.join(log_dir, "events.*"))):
+        for e in tf.compat.v1.train.summary_iterator(fn):
+            for v in e.summary.value:
+                if v.tag in out:
+                    value = float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
+                    out[v.tag].append((e.wall_time, e.step, value))
+    return out
+
+
 class Table:
     def __init__(self, a):
         self.a = a
-        self.train = os.path.join(a.data_dir, "train.jsonl.gz")
-        self.valid = os.path.join(a.data_dir, "validation.jsonl.gz")
-        self.rows: list[dict] = []
+        self.train = os.path.join(a.data_dir or "", "train.jsonl.gz")
+        self.valid = os.path.join(a.data_dir or "", "validation.jsonl.gz")
         os.makedirs(a.work_dir, exist_ok=True)
+        self.results = os.path.join(a.work_dir, "results.json")
+        self.rows: list[dict] = []
+        if os.path.exists(self.results):
+            with open(self.results) as f:
+                self.rows = json.load(f)
         self.log = os.path.join(a.work_dir, "log.txt")
         self.attention_png = os.path.join(a.work_dir, "attention.png")
+        self.extra: dict = {}
+        extra = os.path.join(a.work_dir, "extra.json")
+        if os.path.exists(extra):
+            with open(extra) as f:
+                self.extra = json.load(f)
+
+    def w(self, *parts) -> str:
+        return os.path.join(self.a.work_dir, *parts)
+
+    # -- running ------------------------------------------------------------------------------
 
     def train_phase(self, model_dir: str, preset: str, minutes: float, extra=()) -> dict:
-        result_path = os.path.join(model_dir, "train_result.json")
         t0 = time.perf_counter()
         sh(["-m", "pgn_tf.train", "--config", preset, "--train_data", self.train,
             "--eval_data", self.valid, "--model_dir", model_dir, "--quiet",
             "--set", f"train.max_minutes={minutes}", *extra], self.log)
-        with open(result_path) as f:
+        with open(os.path.join(model_dir, "train_result.json")) as f:
             result = json.load(f)
         result["phase_seconds"] = round(time.perf_counter() - t0, 1)
         return result
 
-    def evaluate(self, name: str, model_dir: str | None, extra=(), train=None) -> dict:
-        out = os.path.join(self.a.work_dir, "eval", name)
+    def evaluate(self, name: str, stage: str, model_dir: str | None, extra=(), train=None,
+                 **info) -> dict:
+        out = self.w("eval", name.replace(" ", "_").replace("/", "-"))
+        shutil.rmtree(out, ignore_errors=True)
         args = ["-m", "pgn_tf.evaluate", "--data", self.valid, "--limit", str(self.a.score),
                 "--output_dir", out, "--quiet", *extra]
         if model_dir:
@@ -78,129 +132,280 @@ class Table:
         metrics_file = [f for f in os.listdir(out) if f.startswith("metrics_")][0]
         with open(os.path.join(out, metrics_file)) as f:
             m = json.load(f)
-        row = {"name": name, **m, "decoded": os.path.join(out, "decoded.jsonl")}
+        row = {"name": name, "stage": stage, **m, **info,
+               "decoded": os.path.join(out, "decoded.jsonl")}
         if train:
             row["train_minutes"] = round(sum(t["wall_seconds"] for t in train) / 60, 1)
             row["train_steps"] = train[-1]["final_step"]
-        self.rows.append(row)
+        self.rows = [r for r in self.rows if r["name"] != name] + [row]
+        self.save()
         print(f"[quality_table] {name}: R1 {m['rouge1']} R2 {m['rouge2']} RLsum {m['rougeLsum']}",
               flush=True)
         return row
 
-    def run(self) -> None:
-        a, w = self.a, self.a.work_dir
-        scale = a.minutes / 60.0
+    def save(self) -> None:
+        with open(self.results, "w") as f:
+            json.dump(self.rows, f, indent=2)
+        with open(self.w("extra.json"), "w") as f:
+            json.dump(self.extra, f, indent=2)
+
+    def stage_lead(self) -> None:
         for k in (6, 8, 10):
-            self.evaluate(f"lead-{k} words", None, ["--baseline", "lead", "--lead_words", str(k)])
+            self.evaluate(f"lead-{k} words", "lead", None,
+                          ["--baseline", "lead", "--lead_words", str(k)])
 
-        d = os.path.join(w, "baseline")
-        t = self.train_phase(d, "debian_baseline", 60 * scale)
-        self.evaluate("see2017 baseline", d, train=[t])
-
-        d = os.path.join(w, "pgn")
-        t1 = self.train_phase(d, "debian_pgn", 45 * scale)
-        self.evaluate("see2017 pointer-generator", d, train=[t1])
-        t2 = self.train_phase(d, "debian_coverage", 15 * scale)
-        self.evaluate("see2017 pointer-generator + coverage", d, train=[t1, t2])
+    def stage_see(self) -> None:
+        m = self.a.minutes
+        d = self.w("baseline")
+        t = self.train_phase(d, "debian_baseline", m)
+        self.evaluate("see2017 baseline", "see", d, train=[t])
+        d = self.w("pgn")
+        keep = ["--set", "train.keep_checkpoints=1000"]  # every checkpoint, for the study
+        t1 = self.train_phase(d, "debian_pgn", 0.75 * m, keep)
+        self.evaluate("see2017 pointer-generator", "see", d, train=[t1])
+        phase_start = t1["final_step"]
+        t2 = self.train_phase(d, "debian_coverage", 0.25 * m, keep)
+        self.evaluate(COV, "see", d, train=[t1, t2])
+        self.selection_study(d, phase_start, [t1, t2])
+        self.extra["curves"] = self.curves(d)
         from pgn_tf.evaluate import read_split
 
         first = read_split(self.valid, None, 1)[0].article
         for picture in (self.attention_png, self.attention_png[: -len(".png")] + ".html"):
             sh(["-m", "pgn_tf.summarize", "--model_dir", d, "--explain", picture, first], self.log)
 
-        d = os.path.join(w, "paulus")
-        t1 = self.train_phase(d, "debian_paulus", 50 * scale)
-        self.evaluate("paulus2017 ML", d, ["--checkpoint", "latest"], train=[t1])
-        t2 = self.train_phase(d, "debian_paulus", 10 * scale, ["--set", "train.objective=mixed",
-                                                               "--set", "train.eval_every=100"])
-        self.evaluate("paulus2017 ML+RL", d, train=[t1, t2])
+    def selection_study(self, d: str, phase_start: int, train: list) -> None:
+        """The same run's coverage-phase checkpoint with the lowest eval loss, and the average
+        of its last 5 checkpoints, beside the ROUGE-chosen best (issue: model selection)."""
+        ev = event_scalars(os.path.join(d, "eval"), ("loss",))["loss"]
+        phase = [(step, value) for _, step, value in ev if step > phase_start]
+        step = min(phase, key=lambda sv: sv[1])[0]
+        self.evaluate(COV + " (best eval loss)", "see", d,
+                      ["--checkpoint", os.path.join(d, "ckpt", f"ckpt-{step}")], train=train,
+                      checkpoint_step=step)
+        avg = self.w("pgn_avg5")
+        shutil.rmtree(avg, ignore_errors=True)
+        sh(["-m", "pgn_tf.average_checkpoints", "--model_dir", d, "--last", "5", "--output", avg],
+           self.log)
+        self.evaluate(COV + " (average of last 5)", "see", avg, train=train)
 
+    def curves(self, d: str) -> list:
+        """(minutes into the run, step, eval loss, validation ROUGE-1/Lsum) at each eval."""
+        ev = event_scalars(os.path.join(d, "eval"), ("loss", "rouge1", "rougeLsum"))
+        if not ev["loss"]:
+            return []
+        t0 = ev["loss"][0][0]
+        by_step: dict = {}
+        for tag, points in ev.items():
+            for wall, step, value in points:
+                by_step.setdefault(step, {"minutes": round((wall - t0) / 60, 1), "step": step})
+                by_step[step][tag] = round(value, 4 if tag == "loss" else 2)
+        return [by_step[s] for s in sorted(by_step)]
+
+    def stage_seeds(self) -> None:
+        m = self.a.seed_minutes
+        for seed in (1, 2):
+            d = self.w(f"seed{seed}")
+            shutil.rmtree(d, ignore_errors=True)
+            s = ["--set", f"train.seed={seed}"]
+            t1 = self.train_phase(d, "debian_pgn", 0.75 * m, s)
+            t2 = self.train_phase(d, "debian_coverage", 0.25 * m, s)
+            self.evaluate(f"{COV}, {m:g} min, seed {seed}", "seeds", d, train=[t1, t2])
+
+    def arms(self, stage: str, start_dir: str, preset: str, label: str, minutes: float,
+             ml_train: list) -> None:
+        """Two arms from the same model: the ML objective continued, and the mixed one."""
+        out = {}
+        for arm, extra in (("ML continued", []),
+                           ("ML+RL (mixed)", ["--set", "train.objective=mixed",
+                                              "--set", "train.eval_every=100"])):
+            d = self.w(stage, arm.split()[0].replace("+", "_"))
+            shutil.rmtree(d, ignore_errors=True)
+            shutil.copytree(start_dir, d, ignore=shutil.ignore_patterns("eval_*"))
+            t = self.train_phase(d, preset, minutes, extra)
+            out[arm] = self.evaluate(f"{label}, {arm}", stage, d, train=[*ml_train, t])
+        from pgn_tf import significance
+
+        test = significance.compare(out["ML continued"]["decoded"], out["ML+RL (mixed)"]["decoded"],
+                                    "rougeLsum")
+        self.extra[f"{stage}_rl_test"] = test
+        self.save()
+        print(f"[quality_table] {label}: mixed vs ML continued on ROUGE-Lsum: {test}", flush=True)
+
+    def stage_paulus(self) -> None:
+        d = self.w("paulus")
+        t = self.train_phase(d, "debian_paulus", self.a.minutes - self.a.rl_minutes)
+        self.evaluate("paulus2017 ML", "paulus", d, train=[t])
+        self.arms("paulus", d, "debian_paulus", "paulus2017", self.a.rl_minutes, [t])
+
+    def stage_see_rl(self) -> None:
+        d = self.w("pgn")
+        with open(os.path.join(d, "train_result.json")) as f:
+            t = json.load(f)
+        self.arms("see_rl", d, "debian_coverage", "see2017 + coverage", self.a.rl_minutes, [t])
+
+    def stage_abs(self) -> None:
         for enc in ("bow", "conv", "attention"):
-            d = os.path.join(w, f"abs_{enc}")
-            t = self.train_phase(d, "debian_abs", 20 * scale,  # one hour for the three
+            d = self.w(f"abs_{enc}")
+            t = self.train_phase(d, "debian_abs", self.a.abs_minutes,
                                  ["--set", f"model.abs_encoder={enc}"])
-            self.evaluate(f"rush2015 ABS ({enc} encoder)", d, train=[t])
-        d = os.path.join(w, "abs_attention")
-        sh(["-m", "pgn_tf.tune", "--model_dir", d, "--data", self.valid, "--skip", str(a.score),
-            "--limit", str(a.tune)], self.log)
+            self.evaluate(f"rush2015 ABS ({enc} encoder)", "abs", d, train=[t])
+        d = self.w("abs_attention")
+        sh(["-m", "pgn_tf.tune", "--model_dir", d, "--data", self.valid,
+            "--skip", str(self.a.score), "--limit", str(self.a.tune)], self.log)
         with open(os.path.join(d, "abs_plus.json")) as f:
             weights = json.load(f)["weights"]
-        self.evaluate("rush2015 ABS+ (attention)", d,
-                      ["--set", f"decode.abs_plus_weights={weights}"], train=[t])
-        self.write()
+        self.evaluate("rush2015 ABS+ (attention)", "abs", d,
+                      ["--set", f"decode.abs_plus_weights={weights}"], train=[t],
+                      abs_plus_weights=weights)
 
-    # -- output --------------------------------------------------------------------------------
+    def stage_decode(self) -> None:
+        d = self.w("pgn")
+        for suffix, overrides in DECODE_VARIANTS:
+            extra = [x for o in overrides for x in ("--set", o)]
+            self.evaluate(f"{COV}, {suffix}", "decode", d, extra)
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def row(self, name: str) -> dict | None:
+        return next((r for r in self.rows if r["name"] == name), None)
 
     def table(self) -> str:
-        head = ("| system | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | dup 3-gram % | repeat-token outputs % "
-                "| novel 1-gram % | novel 2-gram % | [UNK] outputs % | mean p_gen | perplexity "
-                "| train min | steps |\n|" + "---|" * 13)
-        lines = [head]
+        cols = ["system", "ROUGE-1", "ROUGE-2", "ROUGE-Lsum", "dup 3-gram %",
+                "repeat-word outputs %", "[UNK] outputs %", "raw [UNK] outputs %",
+                "novel 2-gram %", "mean p_gen", "perplexity", "train min", "steps"]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+
         def ci(r, k):
             lo, hi = r[f"{k}_ci95"]
             return f"{r[k]:.2f} [{lo:.2f}, {hi:.2f}]"
 
-        for r in self.rows:
-            lines.append(
-                f"| {r['name']} | {ci(r, 'rouge1')} | {ci(r, 'rouge2')} | {ci(r, 'rougeLsum')} "
-                f"| {r['dup_3gram_pct']} | {r['repeat_token_outputs_pct']} "
-                f"| {r['novel_1gram_pct']} | {r['novel_2gram_pct']} | {r['unk_outputs_pct']} "
-                f"| {r.get('mean_p_gen', '')} | {r.get('perplexity', '')} "
-                f"| {r.get('train_minutes', '')} | {r.get('train_steps', '')} |")
-        ref = self.rows[0]["reference_repeat_token_pct"]
-        lines.append(f"\nReferences: {ref}% of them repeat a token.")
+        order = {s: i for i, s in enumerate(STAGES)}
+        for r in sorted(self.rows, key=lambda r: order.get(r.get("stage"), 99)):
+            cells = [r["name"], ci(r, "rouge1"), ci(r, "rouge2"), ci(r, "rougeLsum"),
+                     r.get("dup_3gram_pct", ""), r.get("repeat_word_outputs_pct", ""),
+                     r.get("unk_outputs_pct", ""), r.get("raw_unk_outputs_pct", ""),
+                     r.get("novel_2gram_pct", ""), r.get("mean_p_gen", ""),
+                     r.get("perplexity", ""), r.get("train_minutes", ""),
+                     r.get("train_steps", "")]
+            lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+        ref = next((r.get("reference_repeat_word_pct") for r in self.rows
+                    if r.get("reference_repeat_word_pct") is not None), None)
+        if ref is not None:
+            lines.append(f"\nReferences: {ref}% of them repeat a word (word tokens, punctuation "
+                         f"excluded).")
         return "\n".join(lines)
 
     def claims(self) -> list[str]:
-        r = {row["name"]: row for row in self.rows}
-        base, pgn = r["see2017 baseline"], r["see2017 pointer-generator"]
-        cov = r["see2017 pointer-generator + coverage"]
-        ml, rl = r["paulus2017 ML"], r["paulus2017 ML+RL"]
-        p = {enc: r[f"rush2015 ABS ({enc} encoder)"]["perplexity"]
-             for enc in ("bow", "conv", "attention")}
-        refs = self.rows[0]["reference_repeat_token_pct"]
+        """The papers' claims and the issues' targets, checked on the rows present."""
+        r = self.row
+        out = []
 
-        def verdict(ok):
+        def holds(ok):
             return "holds" if ok else "does not hold"
 
         def met(margin):
             return f"met by {margin:.2f}" if margin >= 0 else f"missed by {-margin:.2f}"
 
-        return [
-            f"pointer-generator beats the baseline (ROUGE-1 {pgn['rouge1']} vs {base['rouge1']}) "
-            f"and says [UNK] less ({pgn['unk_outputs_pct']}% vs {base['unk_outputs_pct']}% of "
-            f"outputs): {verdict(pgn['rouge1'] > base['rouge1'] and pgn['unk_outputs_pct'] <= base['unk_outputs_pct'])}",
-            f"coverage reduces repetition (duplicate 3-grams {cov['dup_3gram_pct']}% vs "
-            f"{pgn['dup_3gram_pct']}%, outputs repeating a token {cov['repeat_token_outputs_pct']}%"
-            f" vs {pgn['repeat_token_outputs_pct']}%): "
-            f"{verdict(cov['repeat_token_outputs_pct'] < pgn['repeat_token_outputs_pct'])}",
-            f"RL raises ROUGE-L (ROUGE-Lsum {rl['rougeLsum']} vs {ml['rougeLsum']}): "
-            f"{verdict(rl['rougeLsum'] > ml['rougeLsum'])}",
-            f"ABS encoders order by perplexity bag-of-words > convolutional > attention "
-            f"({p['bow']} > {p['conv']} > {p['attention']}): "
-            f"{verdict(p['bow'] > p['conv'] > p['attention'])}",
-            # The issue's targets: the OpenNMT-py copy + coverage run scored 38.55 ROUGE-1.
-            f"target: coverage ROUGE-1 >= {OPENNMT_ROUGE1} + 2 (it is {cov['rouge1']}): "
-            f"{met(cov['rouge1'] - OPENNMT_ROUGE1 - 2)}",
-            f"target: coverage ROUGE-1 >= baseline + 3 ({cov['rouge1']} vs {base['rouge1']}): "
-            f"{met(cov['rouge1'] - base['rouge1'] - 3)}",
-            f"target: outputs repeating a token no more often than references "
-            f"({cov['repeat_token_outputs_pct']}% vs {refs}%): "
-            f"{met(refs - cov['repeat_token_outputs_pct'])}",
-        ]
+        base, pgn, cov = (r("see2017 baseline"), r("see2017 pointer-generator"), r(COV))
+        ref_rep = next((x.get("reference_repeat_word_pct") for x in self.rows
+                        if x.get("reference_repeat_word_pct") is not None), None)
+        if base and pgn:
+            out.append(
+                f"pointer-generator beats the baseline (ROUGE-1 {pgn['rouge1']} vs "
+                f"{base['rouge1']}) and says [UNK] less (raw {pgn.get('raw_unk_outputs_pct')}% vs "
+                f"{base.get('raw_unk_outputs_pct')}% of outputs): "
+                f"{holds(pgn['rouge1'] > base['rouge1'] and pgn.get('raw_unk_outputs_pct', 0) <= base.get('raw_unk_outputs_pct', 0))}")
+        if pgn and cov:
+            out.append(
+                f"coverage reduces repetition (outputs repeating a word "
+                f"{cov.get('repeat_word_outputs_pct')}% vs {pgn.get('repeat_word_outputs_pct')}%, "
+                f"duplicate 3-grams {cov['dup_3gram_pct']}% vs {pgn['dup_3gram_pct']}%): "
+                f"{holds(cov.get('repeat_word_outputs_pct', 0) < pgn.get('repeat_word_outputs_pct', 0))}")
+        if cov:
+            out.append(f"target: coverage ROUGE-1 >= 49.0 at {self.settings().get('minutes')} "
+                       f"minutes (it is {cov['rouge1']}): {met(cov['rouge1'] - 49.0)}")
+            seeds = [x for x in self.rows if x.get("stage") == "seeds"]
+            if len(seeds) == 2:
+                spread = abs(seeds[0]["rouge1"] - seeds[1]["rouge1"])
+                best20 = max(s["rouge1"] for s in seeds)
+                out.append(f"target: coverage at the full budget above the short recipe by more "
+                           f"than its seed spread ({cov['rouge1']} vs {best20}, spread "
+                           f"{spread:.2f}): {met(cov['rouge1'] - best20 - spread)}")
+            out.append(f"target: [UNK] in <= 1% of outputs ({cov.get('unk_outputs_pct')}%): "
+                       f"{met(1.0 - cov.get('unk_outputs_pct', 100))}")
+            if ref_rep is not None:
+                out.append(f"target: outputs repeating a word at most 2 points above the "
+                           f"references ({cov.get('repeat_word_outputs_pct')}% vs {ref_rep}%): "
+                           f"{met(ref_rep + 2 - cov.get('repeat_word_outputs_pct', 100))}")
+            for x in self.rows:
+                if x.get("stage") == "decode":
+                    out.append(f"decoding '{x['name'][len(COV) + 2:]}' vs the default: ROUGE-1 "
+                               f"{x['rouge1']} vs {cov['rouge1']} ({x['rouge1'] - cov['rouge1']:+.2f}),"
+                               f" repeat-word outputs {x.get('repeat_word_outputs_pct')}%")
+        loss_row, avg_row = r(COV + " (best eval loss)"), r(COV + " (average of last 5)")
+        if cov and loss_row and avg_row:
+            out.append(f"model selection on the same run: best by validation ROUGE "
+                       f"{cov['rouge1']}/{cov['rouge2']}/{cov['rougeLsum']}, by eval loss "
+                       f"{loss_row['rouge1']}/{loss_row['rouge2']}/{loss_row['rougeLsum']}, average "
+                       f"of the last 5 {avg_row['rouge1']}/{avg_row['rouge2']}/{avg_row['rougeLsum']}")
+        for stage, label in (("paulus", "paulus2017"), ("see_rl", "see2017 + coverage")):
+            ml, rl = r(f"{label}, ML continued"), r(f"{label}, ML+RL (mixed)")
+            test = self.extra.get(f"{stage}_rl_test")
+            if ml and rl and test:
+                ok = test["p_value"] < 0.05 and test["delta"] > 0
+                rep = rl.get("repeat_word_outputs_pct", 0) <= ml.get("repeat_word_outputs_pct", 0)
+                out.append(
+                    f"target ({label}): mixed beats ML continued on ROUGE-L with p < 0.05 "
+                    f"(ROUGE-Lsum {rl['rougeLsum']} vs {ml['rougeLsum']}, delta {test['delta']} "
+                    f"[{test['delta_ci95'][0]}, {test['delta_ci95'][1]}], p = {test['p_value']:.4f})"
+                    f": {'met' if ok else 'missed'}; repeat-word outputs "
+                    f"{rl.get('repeat_word_outputs_pct')}% vs {ml.get('repeat_word_outputs_pct')}%: "
+                    f"{'met' if rep else 'missed'}")
+        abs_rows = {e: r(f"rush2015 ABS ({e} encoder)") for e in ("bow", "conv", "attention")}
+        if all(abs_rows.values()):
+            p = {e: x["perplexity"] for e, x in abs_rows.items()}
+            out.append(f"ABS encoders order by perplexity bag-of-words > convolutional > "
+                       f"attention ({p['bow']} > {p['conv']} > {p['attention']}): "
+                       f"{holds(p['bow'] > p['conv'] > p['attention'])}")
+        plus, lead8 = r("rush2015 ABS+ (attention)"), r("lead-8 words")
+        if plus and lead8 and abs_rows["attention"]:
+            absr = abs_rows["attention"]
+            out.append(f"target: ABS+ ROUGE-1 above lead-8 ({plus['rouge1']} vs {lead8['rouge1']}):"
+                       f" {met(plus['rouge1'] - lead8['rouge1'])}; ABS below ABS+ "
+                       f"({absr['rouge1']}): {holds(absr['rouge1'] < plus['rouge1'])}; [UNK] in "
+                       f"< 20% of ABS+ outputs ({plus.get('unk_outputs_pct')}%): "
+                       f"{met(20 - plus.get('unk_outputs_pct', 100))}")
+        return out
+
+    def settings(self) -> dict:
+        path = self.w("settings.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                return json.load(f)
+        return {}
+
+    def curves_md(self) -> str:
+        curves = self.extra.get("curves") or []
+        lines = ["| minutes | step | eval loss | validation ROUGE-1 | validation ROUGE-Lsum |",
+                 "|---|---|---|---|---|"]
+        for c in curves:
+            lines.append(f"| {c['minutes']} | {c['step']} | {c.get('loss', '')} | "
+                         f"{c.get('rouge1', '')} | {c.get('rougeLsum', '')} |")
+        return "\n".join(lines)
 
     def report(self) -> str:
         """10 validation examples side by side."""
-        systems = ["see2017 baseline", "see2017 pointer-generator",
-                   "see2017 pointer-generator + coverage", "paulus2017 ML+RL"]
+        systems = [n for n in ("see2017 baseline", "see2017 pointer-generator", COV,
+                               "paulus2017, ML+RL (mixed)", "rush2015 ABS+ (attention)")
+                   if self.row(n)]
         from pgn_tf.evaluate import read_split
 
         examples = read_split(self.valid, None, 10)
         decoded = {}
-        for row in self.rows:
-            if row["name"] in systems:
-                with open(row["decoded"]) as f:
-                    decoded[row["name"]] = [json.loads(next(f))["decoded"] for _ in range(10)]
+        for name in systems:
+            with open(self.row(name)["decoded"]) as f:
+                decoded[name] = [json.loads(next(f))["decoded"] for _ in range(10)]
         out = ["# Ten validation examples side by side\n",
                f"![attention of PGN + coverage on example 1]({os.path.basename(self.attention_png)})"
                " (with the words: attention.html)\n"]
@@ -212,44 +417,59 @@ class Table:
         return "\n".join(out)
 
     def write(self) -> None:
-        w = self.a.work_dir
         table, claims = self.table(), self.claims()
-        with open(os.path.join(w, "table.md"), "w") as f:
-            f.write(table + "\n\n" + "\n".join(f"- {c}" for c in claims) + "\n")
-        with open(os.path.join(w, "report.md"), "w") as f:
-            f.write(self.report())
-        with open(os.path.join(w, "results.json"), "w") as f:
-            json.dump(self.rows, f, indent=2)
-        with open(os.path.join(w, "settings.json"), "w") as f:
-            json.dump({"minutes": self.a.minutes, "score": self.a.score}, f)
-        print(table)
+        settings = self.settings()
+        head = (f"Training budgets: --minutes {settings.get('minutes')}, seeds "
+                f"{settings.get('seed_minutes')}, RL arms {settings.get('rl_minutes')}, ABS "
+                f"{settings.get('abs_minutes')} a model; first {settings.get('score')} validation "
+                f"pairs; CPU flags: {settings.get('cpu_flags')}.\n\n")
+        with open(self.w("table.md"), "w") as f:
+            f.write(head + table + "\n\n" + "\n".join(f"- {c}" for c in claims) + "\n")
+        with open(self.w("curves.md"), "w") as f:
+            f.write(self.curves_md() + "\n")
+        if self.a.data_dir and any(self.row(n) for n in ("see2017 baseline", COV)):
+            with open(self.w("report.md"), "w") as f:
+                f.write(self.report())
+        self.save()
+        print(head + table)
         print("\n".join(claims))
-        emit("quality_table", {"minutes_per_model": self.a.minutes, "scored": self.a.score,
+        emit("quality_table", {"settings": settings,
                                "rows": {r["name"]: [r["rouge1"], r["rouge2"], r["rougeLsum"]]
-                                        for r in self.rows}})
+                                        for r in self.rows},
+                               **{k: v for k, v in self.extra.items() if k.endswith("_test")}})
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data_dir", required=True)
+    p.add_argument("--data_dir", help="holds train.jsonl.gz and validation.jsonl.gz")
     p.add_argument("--work_dir", default="runs/quality")
-    p.add_argument("--minutes", type=float, default=60.0, help="training budget of one model")
-    p.add_argument("--score", type=int, default=2365, help="validation examples scored")
+    p.add_argument("--stages", default=",".join(STAGES), help=f"some of {', '.join(STAGES)}")
+    p.add_argument("--minutes", type=float, default=60.0,
+                   help="training budget of one See et al. or Paulus et al. model")
+    p.add_argument("--seed_minutes", type=float, default=20.0, help="the seeds stage's budget")
+    p.add_argument("--rl_minutes", type=float, default=20.0, help="each RL-stage arm's budget")
+    p.add_argument("--abs_minutes", type=float, default=20.0, help="each ABS encoder's budget")
+    p.add_argument("--score", type=int, default=1500, help="validation examples scored")
     p.add_argument("--tune", type=int, default=500, help="examples after them tune ABS+")
     p.add_argument("--render", action="store_true",
-                   help="only rewrite table.md and report.md from <work_dir>/results.json")
+                   help="only rewrite table.md, curves.md and report.md from results.json")
     a = p.parse_args()
+    stages = [s for s in a.stages.split(",") if s]
+    unknown = set(stages) - set(STAGES)
+    if unknown:
+        p.error(f"unknown stage(s) {sorted(unknown)} (stages: {', '.join(STAGES)})")
+    if not a.render and not a.data_dir:
+        p.error("--data_dir is required unless --render")
     table = Table(a)
-    if a.render:
-        with open(os.path.join(a.work_dir, "results.json")) as f:
-            table.rows = json.load(f)
-        settings = os.path.join(a.work_dir, "settings.json")
-        if os.path.exists(settings):  # the run's own --minutes and --score
-            with open(settings) as f:
-                vars(a).update(json.load(f))
-        table.write()
-    else:
-        table.run()
+    if not a.render:
+        settings = table.settings()
+        settings.update(minutes=a.minutes, seed_minutes=a.seed_minutes, rl_minutes=a.rl_minutes,
+                        abs_minutes=a.abs_minutes, score=a.score, cpu_flags=cpu_flags())
+        with open(table.w("settings.json"), "w") as f:
+            json.dump(settings, f)
+        for stage in stages:
+            getattr(table, f"stage_{stage}")()
+    table.write()
 
 
 if __name__ == "__main__":

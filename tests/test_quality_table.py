@@ -1,61 +1,92 @@
 """The quality table's claims and targets are computed from the rows, not written by hand."""
 
 import argparse
+import json
 
 from benchmarks import quality_table
 
+COV = quality_table.COV
 
-def _row(name, r1, **extra):
-    row = {"name": name, "rouge1": r1, "rouge1_ci95": [r1 - 1, r1 + 1], "rouge2": r1 / 2,
-           "rouge2_ci95": [0, r1], "rougeLsum": r1 - 2, "rougeLsum_ci95": [0, r1],
-           "dup_3gram_pct": 1.0, "repeat_token_outputs_pct": 10.0, "novel_1gram_pct": 5.0,
-           "novel_2gram_pct": 30.0, "unk_outputs_pct": 0.0, "reference_repeat_token_pct": 11.2}
+
+def _row(name, r1, stage="see", **extra):
+    row = {"name": name, "stage": stage, "rouge1": r1, "rouge1_ci95": [r1 - 1, r1 + 1],
+           "rouge2": r1 / 2, "rouge2_ci95": [0, r1], "rougeLsum": r1 - 2,
+           "rougeLsum_ci95": [0, r1], "dup_3gram_pct": 1.0, "repeat_word_outputs_pct": 10.0,
+           "novel_2gram_pct": 30.0, "unk_outputs_pct": 0.0, "raw_unk_outputs_pct": 5.0,
+           "reference_repeat_word_pct": 6.0}
     row.update(extra)
     return row
 
 
-def _table(tmp_path, rows):
-    args = argparse.Namespace(data_dir=str(tmp_path), work_dir=str(tmp_path / "w"),
-                              minutes=15, score=100, tune=10)
+def _table(tmp_path, rows, extra=None):
+    work = tmp_path / "w"
+    work.mkdir(exist_ok=True)
+    (work / "settings.json").write_text(json.dumps({"minutes": 60}))
+    args = argparse.Namespace(data_dir=str(tmp_path), work_dir=str(work), score=100, tune=10)
     table = quality_table.Table(args)
-    table.rows = rows
+    table.rows, table.extra = rows, extra or {}
     return table
 
 
-def _rows(cov_r1=41.0, cov_repeat=12.0, rl_lsum_gain=1.0, ppl=(40.0, 35.0, 27.0)):
+def _rows(cov_r1=50.0, cov_repeat=7.5, seeds=(47.0, 47.4), ml_lsum=40.0, rl_lsum=41.0,
+          ppl=(40.0, 35.0, 27.0), abs_plus=31.0, cov_unk=0.5):
     return [
-        _row("lead-8 words", 30.0),
-        _row("see2017 baseline", 20.0, unk_outputs_pct=80.0, repeat_token_outputs_pct=40.0),
-        _row("see2017 pointer-generator", 38.0, unk_outputs_pct=5.0,
-             repeat_token_outputs_pct=20.0),
-        _row("see2017 pointer-generator + coverage", cov_r1,
-             repeat_token_outputs_pct=cov_repeat),
-        _row("paulus2017 ML", 40.0),
-        _row("paulus2017 ML+RL", 40.0, rougeLsum=38.0 + rl_lsum_gain),
-        _row("rush2015 ABS (bow encoder)", 20.0, perplexity=ppl[0]),
-        _row("rush2015 ABS (conv encoder)", 21.0, perplexity=ppl[1]),
-        _row("rush2015 ABS (attention encoder)", 22.0, perplexity=ppl[2]),
+        _row("lead-8 words", 30.0, "lead"),
+        _row("see2017 baseline", 20.0, raw_unk_outputs_pct=80.0, repeat_word_outputs_pct=40.0),
+        _row("see2017 pointer-generator", 38.0, raw_unk_outputs_pct=5.0,
+             repeat_word_outputs_pct=20.0),
+        _row(COV, cov_r1, repeat_word_outputs_pct=cov_repeat, unk_outputs_pct=cov_unk),
+        _row(f"{COV}, 20 min, seed 1", seeds[0], "seeds"),
+        _row(f"{COV}, 20 min, seed 2", seeds[1], "seeds"),
+        _row("paulus2017, ML continued", 40.0, "paulus", rougeLsum=ml_lsum),
+        _row("paulus2017, ML+RL (mixed)", 40.0, "paulus", rougeLsum=rl_lsum),
+        _row("rush2015 ABS (bow encoder)", 20.0, "abs", perplexity=ppl[0]),
+        _row("rush2015 ABS (conv encoder)", 21.0, "abs", perplexity=ppl[1]),
+        _row("rush2015 ABS (attention encoder)", 22.0, "abs", perplexity=ppl[2]),
+        _row("rush2015 ABS+ (attention)", abs_plus, "abs", unk_outputs_pct=3.0),
     ]
 
 
-def test_claims_and_targets_follow_the_rows(tmp_path):
-    claims = _table(tmp_path, _rows()).claims()
-    assert claims[0].endswith("holds") and claims[1].endswith("holds")
-    assert claims[2].endswith("holds") and claims[3].endswith("holds")
-    assert claims[4].endswith("met by 0.45")  # 41.00 - 38.55 - 2
-    assert claims[5].endswith("met by 18.00")  # 41 - 20 - 3
-    assert claims[6].endswith("missed by 0.80")  # 12.0% of outputs vs the references' 11.2%
+def _claim(claims, start):
+    found = [c for c in claims if c.startswith(start)]
+    assert len(found) == 1, (start, claims)
+    return found[0]
 
-    claims = _table(tmp_path, _rows(cov_r1=39.0, cov_repeat=9.0, rl_lsum_gain=-1.0,
-                                    ppl=(30.0, 35.0, 27.0))).claims()
-    assert claims[2].endswith("does not hold") and claims[3].endswith("does not hold")
-    assert claims[4].endswith("missed by 1.55")
-    assert claims[6].endswith("met by 2.20")
+
+def _test(p, delta):
+    return {"paulus_rl_test": {"p_value": p, "delta": delta, "delta_ci95": [delta - 1, delta + 1]}}
+
+
+def test_claims_and_targets_follow_the_rows(tmp_path):
+    claims = _table(tmp_path, _rows(), _test(0.01, 1.0)).claims()
+    assert _claim(claims, "pointer-generator beats").endswith("holds")
+    assert _claim(claims, "coverage reduces").endswith("holds")
+    assert _claim(claims, "target: coverage ROUGE-1 >= 49.0").endswith("met by 1.00")
+    # 50.0 vs the better seed 47.4, spread 0.4: met by 2.2
+    assert _claim(claims, "target: coverage at the full").endswith("met by 2.20")
+    assert _claim(claims, "target: [UNK]").endswith("met by 0.50")
+    assert _claim(claims, "target: outputs repeating").endswith("met by 0.50")  # 6 + 2 - 7.5
+    assert ": met; repeat-word outputs" in _claim(claims, "target (paulus2017)")
+    assert _claim(claims, "ABS encoders").endswith("holds")
+    plus = _claim(claims, "target: ABS+")
+    assert "met by 1.00" in plus and "(22.0): holds" in plus and plus.endswith("met by 17.00")
+
+    claims = _table(tmp_path, _rows(cov_r1=48.0, cov_repeat=21.0, seeds=(47.5, 48.0),
+                                    ppl=(30.0, 35.0, 27.0), abs_plus=29.0, cov_unk=2.0),
+                    _test(0.2, 0.5)).claims()
+    assert _claim(claims, "coverage reduces").endswith("does not hold")
+    assert _claim(claims, "target: coverage ROUGE-1 >= 49.0").endswith("missed by 1.00")
+    assert _claim(claims, "target: coverage at the full").endswith("missed by 0.50")
+    assert _claim(claims, "target: [UNK]").endswith("missed by 1.00")
+    assert ": missed; repeat-word" in _claim(claims, "target (paulus2017)")
+    assert _claim(claims, "ABS encoders").endswith("does not hold")
+    assert "missed by 1.00" in _claim(claims, "target: ABS+")
 
 
 def test_table_has_a_row_per_system_and_the_reference_rate(tmp_path):
     text = _table(tmp_path, _rows()).table()
     lines = [x for x in text.splitlines() if x.startswith("| ")]
-    assert len(lines) == 1 + 9  # the header and one line per system
-    assert "| 41.00 [40.00, 42.00] |" in text
-    assert text.rstrip().endswith("References: 11.2% of them repeat a token.")
+    assert len(lines) == 1 + 12  # the header and one line per system
+    assert "| 50.00 [49.00, 51.00] |" in text
+    assert text.rstrip().endswith("References: 6.0% of them repeat a word (word tokens, "
+                                  "punctuation excluded).")
