@@ -106,6 +106,35 @@ def _read_parallel(spec: str):
     _report(stats)
 
 
+def file_patterns(input_path: str, fmt: str) -> list[str]:
+    """The file patterns an --input of a format reads (Beam FileSystems syntax)."""
+    if fmt == "story" and not any(c in input_path for c in "*?[") and not input_path.endswith(
+        ".story"
+    ):
+        return [input_path.rstrip("/") + "/*.story"]  # a directory of stories
+    if fmt == "tfds":
+        return [FileSystems.join(input_path.split(":")[0], "**")]  # the prepared dataset's files
+    if fmt == "parallel":
+        from pgn_tf.data import parallel
+
+        return list(parallel.split_spec(input_path))
+    return [input_path]
+
+
+def data_fingerprint(input_path: str, fmt: str) -> dict:
+    """What the input data is, without reading it: every matched file's path, size and
+    modification time (as make and rsync judge change), hashed. A file added, removed, replaced
+    or rewritten changes the digest, so a pipeline step reading it runs again."""
+    digest = hashlib.sha1()
+    files = total = 0
+    for result in FileSystems.match(file_patterns(input_path, fmt)):
+        for m in sorted(result.metadata_list, key=lambda m: m.path):
+            digest.update(f"{m.path}\0{m.size_in_bytes}\0{m.last_updated_in_seconds}\n".encode())
+            files += 1
+            total += m.size_in_bytes
+    return {"files": files, "bytes": total, "sha1": digest.hexdigest()}
+
+
 class Read(beam.PTransform):
     """PBegin -> PCollection[Example] for one input format.
 
@@ -127,11 +156,7 @@ class Read(beam.PTransform):
         if self.fmt in ("tfds", "parallel"):  # one reader: the files must stay in step
             read = _read_tfds if self.fmt == "tfds" else _read_parallel
             return pbegin | beam.Create([self.input_path]) | beam.FlatMap(read)
-        pattern = self.input_path
-        if self.fmt == "story" and not any(c in pattern for c in "*?[") and not pattern.endswith(
-            ".story"
-        ):
-            pattern = pattern.rstrip("/") + "/*.story"  # a directory of stories
+        pattern = file_patterns(self.input_path, self.fmt)[0]
         files = pbegin | fileio.MatchFiles(pattern) | fileio.ReadMatches()
         parse = _parse_story if self.fmt == "story" else _parse_see_bin
         return files | beam.FlatMap(parse)
