@@ -103,7 +103,8 @@ class DirLock:
                     os.unlink(self.lock_path)
 
     def _in_use(self, holder: dict) -> str:
-        where = "" if holder.get("host") == socket.gethostname() else f" on host {holder.get('host')}"
+        host = holder.get("host")
+        where = "" if host == socket.gethostname() else f" on host {host}"
         msg = (f"{self.what} {self.path} is in use by pid {holder.get('pid')}{where} "
                f"(started {holder.get('started', '?')})")
         if where:

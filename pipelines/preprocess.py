@@ -8,7 +8,8 @@ An Apache Beam pipeline, so a corpus too large for one machine runs unchanged on
 runner (Dataflow, Flink, Spark); here it runs on the DirectRunner. Files are read and written
 through Beam's file systems (local paths, gs://, s3://, hdfs://), nothing is assumed local.
 
-    read (jsonl | story | see_bin | tfds | parallel)   malformed records counted, never fatal
+    read (jsonl | story | see_bin | tfds | parallel)   malformed records counted, never fatal;
+                                                 a damaged gzip keeps the lines before the damage
       -> tokenize (pgn_tf.text.tokenize, the model's own tokenizer, batched)
       -> drop empty articles / summaries        counted
       -> dedupe by the hash of the tokenized article (one record kept per article: lowest id)
@@ -23,6 +24,7 @@ Every count comes from Beam metrics, so the summary is the same on any runner.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import sys
@@ -30,6 +32,7 @@ import time
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -69,6 +72,22 @@ def _parse_jsonl_line(raw: bytes):
     _report(stats)
     if ex is not None:
         yield ex
+
+
+def _parse_jsonl_file(readable):
+    """A whole (gzipped) JSONL file: jsonl.lines notices a truncated or corrupt gzip, which
+    Beam's text source reads to the cut without a word. Ids as _parse_jsonl_line gives them."""
+    from pgn_tf.data import jsonl
+
+    stats = ReadStats()
+    with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        f = gzip.GzipFile(fileobj=raw) if readable.metadata.path.endswith(".gz") else raw
+        for _, line in jsonl.lines(f, readable.metadata.path, stats):
+            line = line.rstrip(b"\r\n")  # as the text source strips it
+            ex = jsonl.parse_line(line, "sha1:" + hashlib.sha1(line).hexdigest()[:16], stats)
+            if ex is not None:
+                yield ex
+    _report(stats)
 
 
 def _parse_story(readable) -> list[Example]:
@@ -148,11 +167,22 @@ class Read(beam.PTransform):
 
     def expand(self, pbegin):
         if self.fmt == "jsonl":
-            return (
+            # Uncompressed files through the text source, which splits a large file across
+            # workers; gzipped ones (never split) whole, so a damaged one is noticed and named.
+            gz, plain = (
                 pbegin
-                | beam.io.ReadFromText(self.input_path, coder=beam.coders.BytesCoder())
-                | beam.FlatMap(_parse_jsonl_line)
+                | "MatchJsonl" >> fileio.MatchFiles(self.input_path)
+                | "GzOrNot" >> beam.Partition(
+                    lambda m, _: 0 if m.path.endswith(".gz") else 1, 2)
             )
+            from_gz = gz | fileio.ReadMatches() | "ParseGz" >> beam.FlatMap(_parse_jsonl_file)
+            from_text = (
+                plain
+                | beam.Map(lambda m: m.path)
+                | beam.io.ReadAllFromText(coder=beam.coders.BytesCoder())
+                | "ParseLines" >> beam.FlatMap(_parse_jsonl_line)
+            )
+            return (from_gz, from_text) | "AllJsonl" >> beam.Flatten()
         if self.fmt in ("tfds", "parallel"):  # one reader: the files must stay in step
             read = _read_tfds if self.fmt == "tfds" else _read_parallel
             return pbegin | beam.Create([self.input_path]) | beam.FlatMap(read)

@@ -28,7 +28,8 @@ lock.release()
 
 def hold_in_subprocess(path):
     proc = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ROOT})
+                            stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": ROOT})
     assert proc.stdout.readline().strip() == "held"
     return proc
 
