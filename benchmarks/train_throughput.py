@@ -1,5 +1,5 @@
 """Training throughput: steady-state steps/s, source tokens/s, examples/s and GFLOP/s of the
-training step (pgn_tf.train's Trainer, the same tf.function and strategy), warm-up excluded.
+training step (pgn_tf.trainer's Trainer, the same tf.function and strategy), warm-up excluded.
 
     python benchmarks/train_throughput.py --config see2017_coverage --data train.jsonl.gz \
         --set data.vocab_size=20000 --set data.max_enc_steps=100 --set train.batch_size=32 \
@@ -27,6 +27,8 @@ from benchmarks.common import emit  # noqa: E402
 from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import train  # noqa: E402
 from pgn_tf.data import dataset, synthetic  # noqa: E402
+from pgn_tf.model_dir import ModelDir  # noqa: E402
+from pgn_tf.trainer import Trainer  # noqa: E402
 
 
 def forward_flops(m: config_lib.ModelConfig, vocab: int, batch: int, src: int, tgt: int) -> float:
@@ -64,6 +66,7 @@ def main() -> None:
     a = p.parse_args()
     if a.cpu_devices > 1:
         train.set_cpu_devices(a.cpu_devices)
+    strategy = train.make_strategy("mirrored")
     cfg = config_lib.resolve(a.config, a.set)
     work = tempfile.mkdtemp(prefix="train_bench-")
     if a.data:
@@ -72,7 +75,7 @@ def main() -> None:
         files = synthetic.write_corpus(os.path.join(work, "syn"), seed=0)["train"]
         files = sorted(tf.io.gfile.glob(files))
     vocab = dataset.build_vocab(files, cfg.data)
-    trainer = train.Trainer(cfg, work, vocab, files, None, train.make_strategy("mirrored"))
+    trainer = Trainer(cfg, ModelDir(work), vocab, files, None, strategy)
     it = iter(trainer.train_ds)
 
     def shapes(batch):

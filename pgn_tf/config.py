@@ -58,7 +58,7 @@ Probability = Annotated[float, Range(0, 1)]
 
 @dataclasses.dataclass
 class DataConfig:
-    vocab_size: Annotated[int, Range(5)] = 50_000  # includes the 4 special tokens, as in See et al.'s code
+    vocab_size: Annotated[int, Range(5)] = 50_000  # with the 4 special tokens, as See et al.'s code
     max_enc_steps: PositiveInt = 400  # article truncated to this many tokens
     max_dec_steps: PositiveInt = 100  # summary truncated to this many tokens (training)
     vocab_path: str = ""  # "" = <model_dir>/vocab.txt, built from the training data if absent
@@ -79,13 +79,14 @@ class ModelConfig:
     cov_loss_wt: NonNegativeFloat = 1.0  # lambda in See et al. eq. 13
     rand_unif_init_mag: NonNegativeFloat = 0.02
     trunc_norm_init_std: NonNegativeFloat = 1e-4
+    emb_init_std: NonNegativeFloat = 0.0  # stddev of the embedding init; 0 = trunc_norm_init_std
     # Paulus et al. (2017), model_type = "deep_reinforced":
     intra_temporal_attention: bool = True  # eq. 3
     intra_decoder_attention: bool = True  # eq. 6-8
     shared_embedding: bool = True  # eq. 13, W_out = tanh(W_emb W_proj)
     sample_replace_prob: Probability = 0.25  # appendix B: own sample as the previous token in ML
     # Rush et al. (2015), model_type = "abs":
-    abs_encoder: Literal["bow", "conv", "attention"] = "attention"  # bow | conv | attention (section 3.2)
+    abs_encoder: Literal["bow", "conv", "attention"] = "attention"  # section 3.2
     abs_window: PositiveInt = 5  # C, the NNLM's context window
     abs_smoothing: PositiveInt = 2  # Q: attention smoothing window, conv width 2Q+1
     abs_conv_layers: PositiveInt = 3  # L, convolutional encoder
@@ -95,24 +96,47 @@ class ModelConfig:
 class TrainConfig:
     batch_size: PositiveInt = 16  # global batch size, split across replicas
     max_steps: NonNegativeInt = 10_000
-    max_minutes: NonNegativeFloat = 0.0  # > 0: also stop (checkpoint, eval) once training ran this long
+    # > 0: also stop (checkpoint, eval) once training ran this long
+    max_minutes: NonNegativeFloat = 0.0
     checkpoint_every: PositiveInt = 500
     eval_every: PositiveInt = 500
     eval_batches: PositiveInt = 50  # eval loss is averaged over at most this many batches
-    eval_samples: NonNegativeInt = 3  # decoded validation samples + attention maps in TensorBoard per eval
+    # decoded validation samples + attention maps in TensorBoard per eval
+    eval_samples: NonNegativeInt = 3
     log_every: PositiveInt = 50
     keep_checkpoints: PositiveInt = 3
     optimizer: Literal["adagrad", "adam", "sgd"] = "adagrad"
     learning_rate: PositiveFloat = 0.15
     adagrad_init_acc: NonNegativeFloat = 0.1
     max_grad_norm: float = 2.0  # global-norm clipping; <= 0 turns it off
-    # Paulus et al. (2017) section 3: "ml" (teacher forcing), "mixed" (eq. 16) or "rl" (eq. 15).
-    # Changing it in a model dir continues from the checkpoint with a fresh optimizer.
+    # The learning rate over a phase: "constant", or "cosine" down to lr_min_ratio x it over the
+    # budget (train.max_minutes if set, else max_steps), after warmup_steps of linear warm-up.
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr_min_ratio: Probability = 0.1
+    warmup_steps: NonNegativeInt = 0
+    # Rush et al. (2015) section 7: halve the learning rate when validation NLL does not improve,
+    # checked at each "eval" or at each "epoch"'s end ("none": never).
+    lr_halving: Literal["none", "eval", "epoch"] = "none"
+    # The training objective (pgn_tf.objectives): "ml" (teacher forcing), "mixed" (Paulus et al.
+    # eq. 16) or "rl" (eq. 15). Changing it in a model dir starts a new phase (fresh optimizer).
     objective: Literal["ml", "mixed", "rl"] = "ml"
+    # per example: "mean" over tokens (See eq. 7) or "sum" (eq. 14)
+    nll_reduction: Literal["mean", "sum"] = "mean"
+    pointer_supervision: bool = False  # Paulus et al.: u_t = 1 supervised for copied OOVs
     rl_gamma: Probability = 0.9984  # gamma of eq. 16
     rl_learning_rate: PositiveFloat = 1e-4  # the learning rate of the mixed / rl phases
-    # Rush et al. (2015) section 7: halve the learning rate when the eval loss does not improve.
-    halve_lr_on_plateau: bool = False
+    # A new phase (coverage conversion, new objective) starts from the previous phase's "best"
+    # checkpoint, or its "latest".
+    convert_from: Literal["best", "latest"] = "best"
+    # The best checkpoint: lowest eval "loss", or highest validation "rouge" (select_rouge of
+    # the first eval_rouge_examples validation articles, decoded with the decode config). Phases
+    # with a policy-gradient objective always select by ROUGE.
+    select_by: Literal["loss", "rouge"] = "loss"
+    select_rouge: Literal["rouge1", "rouge2", "rougeLsum"] = "rougeLsum"
+    eval_rouge_examples: PositiveInt = 500
+    early_stop_patience: NonNegativeInt = 0  # > 0: stop after this many evals without a better best
+    # stop (an error) after this many non-finite steps in a row
+    max_nonfinite_steps: PositiveInt = 20
     seed: int = 1234
     # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
     # variables and float32 losses (bf16 needs no loss scaling). README "Performance" has the
@@ -205,22 +229,31 @@ def see2017_coverage() -> Config:
 def paulus2017() -> Config:
     """Paulus et al. (2017) appendix B: encoder 2x200, decoder 400, embeddings 100, 50k output
     vocab, batch 50, Adam 1e-3 (ML; 1e-4 for the mixed phase), 800/100 tokens, beam 5 with
-    trigram blocking. Train ML, then continue with `--set train.objective=mixed`."""
+    trigram blocking; L_ml summed over the summary (eq. 14); the switch supervised for copied
+    out-of-vocabulary words (section 2.3, appendix A.3). Train ML, then continue with
+    `--set train.objective=mixed`. The paper states no minimum summary length (decoding runs
+    0-100 tokens) and no gradient clipping. Not the paper's: embeddings start at stddev 0.1
+    (it used GloVe vectors, which are not available here; See et al.'s 1e-4 leaves the tied
+    output layer tanh(W_emb W_proj) near zero, README "Quality")."""
     cfg = Config()
     cfg.data.max_enc_steps = 800
-    cfg.model = ModelConfig(model_type="deep_reinforced", hidden_dim=200, emb_dim=100)
+    cfg.model = ModelConfig(model_type="deep_reinforced", hidden_dim=200, emb_dim=100,
+                            emb_init_std=0.1)
     cfg.train.batch_size = 50
     cfg.train.optimizer = "adam"
     cfg.train.learning_rate = 1e-3
     cfg.train.max_grad_norm = 0.0
-    cfg.decode.beam_size = 5
-    cfg.decode.block_trigrams = True
+    cfg.train.nll_reduction = "sum"
+    cfg.train.pointer_supervision = True
+    cfg.decode = DecodeConfig(beam_size=5, min_dec_steps=0, max_dec_steps=100,
+                              block_trigrams=True)
     return cfg
 
 
 def rush2015_abs() -> Config:
     """Rush et al. (2015) section 7: ABS with the attention-based encoder, D = 200, H = 400,
-    C = 5, Q = 2; SGD 0.05, batch 64, learning rate halved when validation NLL stalls; digits
+    C = 5, Q = 2; mini-batch SGD at 0.05 on the NLL (summed over the summary), batch 64, the
+    learning rate halved when validation log-likelihood does not improve for an epoch; digits
     replaced by '#'. The encoder is `model.abs_encoder` (bow, conv, attention)."""
     cfg = Config()
     cfg.data.max_enc_steps = 100
@@ -231,7 +264,8 @@ def rush2015_abs() -> Config:
     cfg.train.optimizer = "sgd"
     cfg.train.learning_rate = 0.05
     cfg.train.max_grad_norm = 0.0
-    cfg.train.halve_lr_on_plateau = True
+    cfg.train.nll_reduction = "sum"
+    cfg.train.lr_halving = "epoch"
     cfg.decode = DecodeConfig(beam_size=5, min_dec_steps=3, max_dec_steps=30)
     return cfg
 
@@ -462,10 +496,11 @@ def resolve(name_or_path: str | None, overrides: list[str] | None = None) -> Con
 
 def best_measure(cfg: Config) -> tuple[str, str, bool]:
     """(name, eval key, higher is better) of what a model dir's best checkpoint is chosen by:
-    the eval loss, or the validation reward in a policy-gradient phase. The name tells phases
-    apart: a loss with coverage terms does not compare with one without."""
-    if cfg.train.objective != "ml":
-        return "reward", "reward", True
+    validation ROUGE (train.select_by = rouge, and always in a policy-gradient phase) or the
+    eval loss. The name tells phases apart: a loss with coverage terms does not compare with
+    one without; ROUGE compares across phases."""
+    if cfg.train.select_by == "rouge" or cfg.train.objective != "ml":
+        return f"rouge:{cfg.train.select_rouge}", cfg.train.select_rouge, True
     return ("loss+coverage" if cfg.model.coverage else "loss"), "loss", False
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import text
+from pgn_tf import objectives, text
 from pgn_tf.data import dataset, tfrecord
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.errors import UserError, run_cli
@@ -147,23 +147,23 @@ def score(decoded: list[list[str]], references: list[str], article_tokens: list[
 
 def perplexity(model, vocab, cfg: config_lib.Config, examples: list[Example],
                batch_size: int = 64) -> float:
-    """exp(mean NLL per reference token) under teacher forcing (Rush et al. Table 2)."""
+    """exp(mean NLL per reference token) under teacher forcing (Rush et al. Table 2): the
+    objectives' sequence_nll summed over tokens, divided by the token count."""
     records = tf.data.Dataset.from_tensor_slices({
         "article": [e.article for e in examples], "summary": [e.summary for e in examples],
         "id": [e.id for e in examples]})
     ds = dataset.batch_records(records, vocab, cfg.data, batch_size, cfg.model.pointer_gen,
-                               training=False, drop_empty=True)
-    keys = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target", "dec_len")
+                               training=False, drop_empty=True).map(dataset.model_features)
 
     @tf.function
     def nll_sum(batch):
         log_p = model.token_log_probs(batch, model(batch, training=False))
-        mask = tf.sequence_mask(batch["dec_len"], tf.shape(log_p)[1], tf.float32)
-        return -tf.reduce_sum(log_p * mask), tf.reduce_sum(mask)
+        nll = objectives.sequence_nll(log_p, batch["dec_len"], "sum")
+        return tf.reduce_sum(nll), tf.reduce_sum(tf.cast(batch["dec_len"], tf.float32))
 
     total = count = 0.0
     for batch in ds:
-        nll, n = nll_sum({k: batch[k] for k in keys})
+        nll, n = nll_sum(batch)
         total, count = total + float(nll), count + float(n)
     return float(np.exp(total / count)) if count else float("nan")
 
@@ -261,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam_size", type=int)
     p.add_argument("--batch_size", type=int)
     p.add_argument("--output_dir")
-    p.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (default), latest, or a checkpoint path such as DIR/ckpt/ckpt-3000")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--baseline", help="'lead': score the lead baseline instead of a model")
     p.add_argument("--lead_sentences", type=int, default=3)

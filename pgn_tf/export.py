@@ -121,7 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export_base", required=True)
     p.add_argument("--name", default="pgn")
     p.add_argument("--version", type=int, help="default: the current unix time")
-    p.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (default), latest, or a checkpoint path such as DIR/ckpt/ckpt-3000")
     p.add_argument("--no_check", action="store_true", help="skip the reload-and-compare check")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
                    help="decoding default baked into the export (repeatable)")

@@ -7,9 +7,6 @@ exported SavedModel all run, so in-process and served summaries cannot differ.
 
 from __future__ import annotations
 
-import json
-import os
-
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
@@ -19,39 +16,12 @@ from pgn_tf.data import dataset
 from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
 from pgn_tf.decoding.beam_search import beam_search, tile_beams
-from pgn_tf.errors import UserError
-from pgn_tf.models import build_model
-
-
-def find_checkpoint(model_dir: str, which: str = "best",
-                    cfg: config_lib.Config | None = None) -> str:
-    """The best checkpoint if there is one and which == "best", else the latest; UserError if
-    the model dir has none. A best chosen in an earlier phase (before the coverage conversion
-    or the RL phase, whose variables or measure differ: best.json says which) is passed over
-    for the latest."""
-    if not os.path.isdir(model_dir):
-        raise UserError(f"model dir {model_dir} does not exist")
-    best = tf.train.latest_checkpoint(os.path.join(model_dir, "best"))
-    info = os.path.join(model_dir, "best", "best.json")
-    if best and cfg is not None and os.path.exists(info):
-        with open(info) as f:
-            if json.load(f).get("metric", "loss") != config_lib.best_measure(cfg)[0]:
-                best = None
-    latest = tf.train.latest_checkpoint(os.path.join(model_dir, "ckpt"))
-    path = (best or latest) if which == "best" else (latest or best)
-    if not path:
-        raise UserError(f"model dir {model_dir} has no checkpoint (run python -m pgn_tf.train first)")
-    return path
+from pgn_tf.model_dir import ModelDir
 
 
 def load_model(model_dir: str, which: str = "best"):
-    """(cfg, vocab, model, checkpoint path) restored from a model dir."""
-    cfg = config_lib.load_from_model_dir(model_dir)
-    ckpt_path = find_checkpoint(model_dir, which, cfg)
-    vocab = vocab_lib.Vocab.load(os.path.join(model_dir, "vocab.txt"), cfg.data.vocab_size)
-    model = build_model(cfg.model, vocab.size)
-    tf.train.Checkpoint(model=model).restore(ckpt_path).expect_partial().assert_existing_objects_matched()
-    return cfg, vocab, model, ckpt_path
+    """(cfg, vocab, model, checkpoint path) restored from a model dir (pgn_tf.model_dir)."""
+    return ModelDir(model_dir).load_model(which)
 
 
 class Summarizer(tf.Module):

@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("text", nargs="?", help="the text, or - (default) for standard input")
     p.add_argument("--model_dir", required=True)
     p.add_argument("--beam_size", type=int)
-    p.add_argument("--checkpoint", choices=("best", "latest"), default="best")
+    p.add_argument("--checkpoint", default="best",
+                   help="best (default), latest, or a checkpoint path such as DIR/ckpt/ckpt-3000")
     p.add_argument("--explain", metavar="OUT.html|OUT.png")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE")
     return p

@@ -10,7 +10,8 @@ import tensorflow as tf
 from pgn_tf import evaluate, summarize
 from pgn_tf.data import tfrecord
 from pgn_tf.errors import UserError
-from pgn_tf.inference import Summarizer, find_checkpoint
+from pgn_tf.inference import Summarizer
+from pgn_tf.model_dir import ModelDir
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +56,11 @@ def test_bad_articles_get_a_summary_each(summarizer):
 
 def test_no_checkpoint_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
-        find_checkpoint(str(tmp_path / "nope"))
+        ModelDir(str(tmp_path / "nope")).find_checkpoint()
     with pytest.raises(UserError, match="has no checkpoint"):
-        find_checkpoint(str(tmp_path))
+        ModelDir(str(tmp_path)).find_checkpoint()
+    with pytest.raises(UserError, match="ckpt-9 does not exist"):
+        ModelDir(str(tmp_path)).find_checkpoint(str(tmp_path / "ckpt" / "ckpt-9"))
 
 
 def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):

@@ -58,16 +58,17 @@ def test_mirrored_run_writes_checkpoints_config_vocab_and_tensorboard(trained):
     assert {"loss", "sample_0", "attention_0"} <= tags
 
 
-def test_resume_continues_from_the_last_step_with_identical_variables(trained, tmp_path):
+def test_resume_continues_from_the_last_step_with_identical_variables(trained, corpus):
     model_dir, _ = trained
     reader = tf.train.load_checkpoint(str(model_dir / "ckpt" / "ckpt-20"))
     from pgn_tf import config, vocab
-    from pgn_tf.train import Trainer
+    from pgn_tf.model_dir import ModelDir
+    from pgn_tf.trainer import Trainer
 
     cfg = config.load_from_model_dir(str(model_dir))
     voc = vocab.Vocab.load(str(model_dir / "vocab.txt"), cfg.data.vocab_size)
-    files = sorted(tf.io.gfile.glob(str(model_dir / "data" / "*.tfrecord")))
-    trainer = Trainer(cfg, str(model_dir), voc, files or [str(model_dir)], None,
+    files = sorted(tf.io.gfile.glob(corpus["train"]))
+    trainer = Trainer(cfg, ModelDir(str(model_dir)), voc, files, None,
                       tf.distribute.get_strategy())
     assert int(trainer.step.numpy()) == 20
     names = {n for n, _ in tf.train.list_variables(str(model_dir / "ckpt" / "ckpt-20"))}

@@ -27,6 +27,15 @@ from pgn_tf.data.example import ReadStats
 
 FORMATS = ("tfrecord", "jsonl", "story", "see_bin", "tfds", "parallel")
 
+# The numeric features a model and its objective read (the strings stay out of the train step).
+MODEL_FEATURES = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target",
+                  "dec_len")
+
+
+def model_features(batch: dict) -> dict:
+    """A batch (module docstring) -> the MODEL_FEATURES only."""
+    return {k: batch[k] for k in MODEL_FEATURES}
+
 
 def detect_format(path: str) -> str:
     from pgn_tf.data import parallel

@@ -23,7 +23,7 @@ class ABS(SummarizationModel):
 
     Example:
       >>> model = ABS(vocab_size=50, hidden_dim=16, emb_dim=8, encoder="attention")
-      >>> terms = model.loss_terms(features, model(features))
+      >>> log_p = model.token_log_probs(features, model(features))   # [B, T]
     """
 
     pointer_gen = False
@@ -45,7 +45,6 @@ class ABS(SummarizationModel):
         self.encoder.build()
         self.decoder.build()
         self.built = True
-        self.init_trackers(["loss", "nll"])
 
     @classmethod
     def from_config_obj(cls, model_cfg, vocab_size: int) -> ABS:
@@ -92,11 +91,3 @@ class ABS(SummarizationModel):
         context = context_windows(self._ids(features["dec_input"]), self.window, START_ID)
         vec, attn = self.encoder(self.encoder.precompute(ids, mask), mask, context)
         return {"logits": self.decoder(context, vec), "attn": attn}
-
-    def loss_terms(self, features, outputs):
-        """Mean NLL per target token of each example (section 4); p_gen_mean is 1 (no copy)."""
-        log_p = self.token_log_probs(features, outputs)
-        mask = tf.sequence_mask(features["dec_len"], tf.shape(log_p)[1], tf.float32)
-        nll = tf.math.divide_no_nan(-tf.reduce_sum(log_p * mask, axis=1),
-                                    tf.reduce_sum(mask, axis=1))
-        return {"nll": nll, "total": nll, "p_gen_mean": tf.constant(1.0)}

@@ -1,8 +1,12 @@
-"""What every summarization model shares: `model.fit` support and the extended-vocab embedding.
+"""What every summarization model shares: the extended-vocab embedding, `token_log_probs`, and
+`model.fit` support driven by an objective.
 
-A subclass provides `call(features, training)` (teacher forcing), `loss_terms(features,
-outputs)` (per-example losses, "total" among them, plus "p_gen_mean"), `encode()` and
-`decode_step()` (the search interface, STYLE.md habit 5).
+A subclass provides `call(features, training)` (teacher forcing: logits [B, T, V], attn
+[B, T, L], and p_gen_logit [B, T] for pointer models), `encode()` and `decode_step()` (the search
+interface, STYLE.md habit 5). Losses live in pgn_tf.objectives, written once for every model:
+
+    model.compile(optimizer=keras.optimizers.Adam(1e-3), objective=objectives.build(cfg))
+    model.fit(dataset.map(dataset_lib.model_features), ...)
 """
 
 from __future__ import annotations
@@ -13,12 +17,13 @@ import tensorflow as tf
 from pgn_tf.layers.pointer import target_log_prob
 from pgn_tf.vocab import UNK_ID
 
+SHARED = "shared"  # an `enc` key whose tensors are per batch, not per hypothesis (never tiled)
+
 
 class SummarizationModel(keras.Model):
-    """Base class; `metric_names` are the Mean trackers model.fit reports."""
+    """Base class of the models. `compile(objective=...)` sets the loss `fit`/`evaluate` use."""
 
-    def init_trackers(self, metric_names):
-        self._trackers = {n: keras.metrics.Mean(name=n) for n in metric_names}
+    objective = None
 
     def embed_ids(self, ids):
         """Extended-vocab ids -> embeddings; copied OOVs (id >= V) are fed back as [UNK]."""
@@ -49,20 +54,37 @@ class SummarizationModel(keras.Model):
         return target_log_prob(outputs["logits"], target, outputs["attn"],
                                outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32))
 
-    def train_step(self, data):
-        """`model.fit` path: the same loss as pgn_tf.train's custom loop (clipping is the
-        optimizer's global_clipnorm there)."""
+    # -- model.fit ----------------------------------------------------------------------------
+
+    def compile(self, optimizer="adam", objective=None, **kwargs):
+        """Keras compile plus the objective (pgn_tf.objectives) that fit and evaluate minimise:
+        a callable (model, batch, training) -> dict of per-example terms with "total"."""
+        super().compile(optimizer=optimizer, **kwargs)
+        self.objective = objective
+        names = objective.term_names(self) if objective is not None else []
+        self._trackers = {n: keras.metrics.Mean(name=n)
+                          for n in ["loss" if n == "total" else n for n in names]}
+
+    def _terms(self, data, training):
+        if self.objective is None:
+            raise ValueError("compile the model with an objective first: "
+                             "model.compile(optimizer, objective=pgn_tf.objectives.build(cfg))")
         features = data[0] if isinstance(data, tuple) else data
+        return self.objective(self, features, training=training)
+
+    def train_step(self, data):
+        """One `fit` step: the per-replica mean of the objective's "total", divided by the
+        number of replicas (tf.nn.compute_average_loss), because Keras sums the replicas'
+        gradients; so a step on N devices equals the same global batch on one."""
         with tf.GradientTape() as tape:
-            terms = self.loss_terms(features, self(features, training=True))
-            loss = tf.reduce_mean(terms["total"])
+            terms = self._terms(data, training=True)
+            loss = tf.nn.compute_average_loss(terms["total"])
         grads = tape.gradient(loss, self.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
         return self._report(terms)
 
     def test_step(self, data):
-        features = data[0] if isinstance(data, tuple) else data
-        return self._report(self.loss_terms(features, self(features, training=False)))
+        return self._report(self._terms(data, training=False))
 
     def _report(self, terms):
         logs = {}
@@ -75,4 +97,8 @@ class SummarizationModel(keras.Model):
 
     @property
     def metrics(self):
-        return list(self._trackers.values())
+        return list(getattr(self, "_trackers", {}).values())
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(**config)

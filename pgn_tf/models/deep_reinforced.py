@@ -14,10 +14,10 @@ Each of intra-temporal attention, intra-decoder attention and the shared project
 switch. The switch is parameterised by the logit of p(u=0) (= -(W_u o_t + b_u)), so the
 log-space mixture of pgn_tf.layers.pointer (shared with See et al.'s model) computes eq. 12.
 
-Objectives (section 3): `loss_terms` is L_ml (eq. 14, summed over the summary, with the 25%
-replacement of the previous ground-truth token by a sample of the model's own distribution in
-training); `rl_terms` is the self-critical L_rl (eq. 15) with a sampled sequence, the greedy
-sequence as baseline and the ROUGE-L reward, all in the graph; the trainer mixes them (eq. 16).
+In training, `call` replaces the previous ground-truth token by a sample of the model's own
+distribution with probability 25% (appendix B). The objectives of section 3 (L_ml summed over
+the summary, eq. 14; the self-critical L_rl, eq. 15; their mix, eq. 16; the supervised switch)
+are in pgn_tf.objectives, written for every model.
 """
 
 from __future__ import annotations
@@ -25,16 +25,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf import rewards
-from pgn_tf.decoding import greedy, sampling
-from pgn_tf.decoding.beam_search import SHARED
 from pgn_tf.layers.attention import IntraTemporalAttention
 from pgn_tf.layers.decoder_attention import IntraDecoderAttention
 from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import PointerSwitch, final_distribution
 from pgn_tf.layers.tied_projection import TiedOutputProjection
-from pgn_tf.models.base import SummarizationModel
-from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
+from pgn_tf.models.base import SHARED, SummarizationModel
 
 
 class DeepReinforced(SummarizationModel):
@@ -47,8 +43,8 @@ class DeepReinforced(SummarizationModel):
 
     Example:
       >>> model = DeepReinforced(vocab_size=50, hidden_dim=8, emb_dim=4)
-      >>> terms = model.loss_terms(features, model(features, training=True))
-      >>> rl = model.rl_terms(features)   # self-critical loss and rewards, per example
+      >>> out = model(features, training=True)   # teacher forcing with 25% own samples
+      >>> log_p = model.token_log_probs(features, out)
     """
 
     def __init__(
@@ -63,6 +59,7 @@ class DeepReinforced(SummarizationModel):
         sample_replace_prob: float = 0.25,
         init_mag: float = 0.02,
         init_std: float = 1e-4,
+        emb_init_std: float = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -76,12 +73,14 @@ class DeepReinforced(SummarizationModel):
         self.sample_replace_prob = sample_replace_prob
         self.init_mag = init_mag
         self.init_std = init_std
+        self.emb_init_std = emb_init_std
         dec_dim = 2 * hidden_dim
         self.dec_dim = dec_dim
         init = keras.initializers.RandomUniform(-init_mag, init_mag, seed=4)
         self.embedding = keras.layers.Embedding(
             vocab_size, emb_dim, name="embedding",
-            embeddings_initializer=keras.initializers.TruncatedNormal(stddev=init_std, seed=3))
+            embeddings_initializer=keras.initializers.TruncatedNormal(
+                stddev=emb_init_std or init_std, seed=3))
         self.encoder = BiLSTMEncoder(hidden_dim, init_mag, reduce_states=False, name="encoder")
         self.lstm = keras.layers.LSTMCell(dec_dim, kernel_initializer=init,
                                           recurrent_initializer=init, name="decoder_lstm")
@@ -106,7 +105,6 @@ class DeepReinforced(SummarizationModel):
         if self.switch is not None:
             self.switch.build(feat_dim)
         self.built = True
-        self.init_trackers(["loss", "nll", "p_gen_mean"])
 
     @classmethod
     def from_config_obj(cls, model_cfg, vocab_size: int) -> DeepReinforced:
@@ -121,6 +119,7 @@ class DeepReinforced(SummarizationModel):
             sample_replace_prob=model_cfg.sample_replace_prob,
             init_mag=model_cfg.rand_unif_init_mag,
             init_std=model_cfg.trunc_norm_init_std,
+            emb_init_std=model_cfg.emb_init_std,
         )
 
     def get_config(self):
@@ -131,7 +130,8 @@ class DeepReinforced(SummarizationModel):
             intra_decoder_attention=self.intra_decoder_attention,
             shared_embedding=self.shared_embedding,
             sample_replace_prob=self.sample_replace_prob,
-            init_mag=self.init_mag, init_std=self.init_std, name=self.name,
+            init_mag=self.init_mag, init_std=self.init_std, emb_init_std=self.emb_init_std,
+            name=self.name,
         )
 
     # -- encoder ------------------------------------------------------------------------------
@@ -242,64 +242,3 @@ class DeepReinforced(SummarizationModel):
             lambda t, *_: t < steps, body, (tf.constant(0), dec_input[:, 0], state, arrays))
 
         return {k: self.batch_major(ta) for k, ta in arrays.items()}
-
-    def loss_terms(self, features, outputs):
-        """L_ml (eq. 14: -sum_t log p(y*_t), per example) as nll and total; p_gen_mean."""
-        target = tf.cast(features["target"], tf.int32)
-        log_p = self.token_log_probs(features, outputs)
-        mask = tf.sequence_mask(features["dec_len"], tf.shape(target)[1], tf.float32)
-        nll = -tf.reduce_sum(log_p * mask, axis=1)
-        p_gen = tf.sigmoid(outputs["p_gen_logit"])
-        return {"nll": nll, "total": nll,
-                "p_gen_mean": tf.math.divide_no_nan(tf.reduce_sum(p_gen * mask),
-                                                    tf.reduce_sum(mask))}
-
-    # -- self-critical policy gradient (L_rl) --------------------------------------------------
-
-    def _search_setup(self, features, max_steps=None):
-        """Encodes once for decoding against the reference: (step_fn, state, batch, steps)."""
-        target = features["target"]
-        steps = tf.shape(target)[1] if max_steps is None else max_steps
-        enc, state = self.encode(features["enc_ids"], features["enc_len"],
-                                 features.get("enc_ext_ids"), features.get("num_oovs"),
-                                 max_dec_steps=steps)
-        step_fn = lambda ids, t, st: self.decode_step(ids, t, st, enc)  # noqa: E731
-        return step_fn, state, tf.shape(target)[0], steps
-
-    @staticmethod
-    def _reward(result, features):
-        """ROUGE-L F1 of a search result against the reference ids: [B]."""
-        ref, ref_len = reference_ids(features["target"], features["dec_len"])
-        return rewards.rouge_l_f1(_no_unk(result["ids"], -2), result["length"], ref, ref_len)
-
-    def rl_terms(self, features, max_steps=None):
-        """Eq. 15 per example: (r(y_greedy) - r(y_sample)) * sum_t log p(y_sample_t), r =
-        ROUGE-L F1 against the reference ids. Returns dict rl, reward_sample, reward_greedy."""
-        step_fn, state, b, steps = self._search_setup(features, max_steps)
-        sampled = sampling.search(step_fn, state, b, steps, START_ID, STOP_ID)
-        best = greedy.search(step_fn, state, b, steps, START_ID, STOP_ID)
-        r_sample = self._reward(sampled, features)
-        r_greedy = self._reward(best, features)
-        log_p = tf.reduce_sum(sampled["step_log_probs"], axis=1)  # [STOP] included
-        advantage = tf.stop_gradient(r_greedy - r_sample)
-        return {"rl": advantage * log_p, "reward_sample": r_sample, "reward_greedy": r_greedy}
-
-    def greedy_reward(self, features):
-        """Validation ROUGE-L of greedy decoding, per example (no gradient)."""
-        step_fn, state, b, steps = self._search_setup(features)
-        return self._reward(greedy.search(step_fn, state, b, steps, START_ID, STOP_ID), features)
-
-
-def _no_unk(ids, value):
-    """[UNK] never matches anything in the reward (each side maps it to its own value)."""
-    return tf.where(tf.equal(ids, UNK_ID), value, ids)
-
-
-def reference_ids(target, dec_len):
-    """The reference summary's ids from the training target (w_1 .. w_n [STOP], maybe cut):
-    ([B, T] ids with [UNK] -> -1, lengths [B] without [STOP])."""
-    target = tf.cast(target, tf.int32)
-    dec_len = tf.cast(dec_len, tf.int32)
-    last = tf.gather(target, tf.maximum(dec_len - 1, 0), batch_dims=1)
-    ref_len = dec_len - tf.cast(tf.equal(last, STOP_ID) & (dec_len > 0), tf.int32)
-    return _no_unk(target, -1), ref_len

@@ -15,13 +15,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf import losses
 from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import final_distribution
 from pgn_tf.models.base import SummarizationModel
-
-FEATURE_KEYS = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target", "dec_len")
 
 
 class PointerGenerator(SummarizationModel):
@@ -29,12 +26,13 @@ class PointerGenerator(SummarizationModel):
       vocab_size: V (with the 4 special tokens); hidden_dim: H; emb_dim: E;
       pointer_gen: eq. 8-9 on/off; coverage: eq. 10-13 on/off; cov_loss_wt: lambda (eq. 13);
       init_mag: uniform init of the LSTMs; init_std: truncated-normal init of the embedding
-      and vocabulary projection (See et al.'s code: 0.02 and 1e-4).
+      and vocabulary projection (See et al.'s code: 0.02 and 1e-4); emb_init_std: the
+      embedding's own stddev if > 0.
 
     Example:
       >>> model = PointerGenerator(vocab_size=50, hidden_dim=8, emb_dim=4)
       >>> out = model(features)             # teacher forcing
-      >>> terms = model.loss_terms(features, out)
+      >>> log_p = model.token_log_probs(features, out)   # [B, T]; losses: pgn_tf.objectives
     """
 
     def __init__(
@@ -47,6 +45,7 @@ class PointerGenerator(SummarizationModel):
         cov_loss_wt: float = 1.0,
         init_mag: float = 0.02,
         init_std: float = 1e-4,
+        emb_init_std: float = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -58,10 +57,12 @@ class PointerGenerator(SummarizationModel):
         self.cov_loss_wt = cov_loss_wt
         self.init_mag = init_mag
         self.init_std = init_std
+        self.emb_init_std = emb_init_std
         normal = keras.initializers.TruncatedNormal(stddev=init_std, seed=3)
+        emb_init = keras.initializers.TruncatedNormal(stddev=emb_init_std or init_std, seed=3)
         # One embedding for article and summary words, as in See et al.'s code.
         self.embedding = keras.layers.Embedding(
-            vocab_size, emb_dim, embeddings_initializer=normal, name="embedding"
+            vocab_size, emb_dim, embeddings_initializer=emb_init, name="embedding"
         )
         self.encoder = BiLSTMEncoder(hidden_dim, init_mag, name="encoder")
         self.cell = AttentionDecoderCell(
@@ -76,7 +77,6 @@ class PointerGenerator(SummarizationModel):
         self.cell.build()
         self.vocab_proj.build((None, hidden_dim))
         self.built = True
-        self.init_trackers(["loss", "nll", "p_gen_mean"] + (["coverage"] if coverage else []))
 
     @classmethod
     def from_config_obj(cls, model_cfg, vocab_size: int) -> PointerGenerator:
@@ -89,6 +89,7 @@ class PointerGenerator(SummarizationModel):
             cov_loss_wt=model_cfg.cov_loss_wt,
             init_mag=model_cfg.rand_unif_init_mag,
             init_std=model_cfg.trunc_norm_init_std,
+            emb_init_std=model_cfg.emb_init_std,
         )
 
     def get_config(self):
@@ -101,6 +102,7 @@ class PointerGenerator(SummarizationModel):
             cov_loss_wt=self.cov_loss_wt,
             init_mag=self.init_mag,
             init_std=self.init_std,
+            emb_init_std=self.emb_init_std,
             name=self.name,
         )
 
@@ -188,28 +190,3 @@ class PointerGenerator(SummarizationModel):
         # The vocabulary layer runs once over all steps: one [B*T, H] x [H, V] matmul.
         out["logits"] = self.vocab_proj(out.pop("output"))
         return out
-
-    def loss_terms(self, features, outputs):
-        """Per-example losses (each float32 [B]): nll (eq. 6-7 on eq. 9), coverage (eq. 12),
-        total (eq. 13); plus p_gen_mean, a scalar over valid steps."""
-        target = tf.cast(features["target"], tf.int32)
-        log_p = self.token_log_probs(features, outputs)
-        dec_len = features["dec_len"]
-        nll = losses.nll_per_example(log_p, dec_len)
-        terms = {"nll": nll}
-        if self.coverage:
-            cov = losses.coverage_loss_per_example(
-                tf.cast(outputs["attn"], tf.float32),
-                tf.cast(outputs["coverage"], tf.float32),
-                dec_len,
-            )
-            terms["coverage"] = cov
-            terms["total"] = nll + self.cov_loss_wt * cov
-        else:
-            terms["total"] = nll
-        mask = tf.sequence_mask(dec_len, tf.shape(target)[1], tf.float32)
-        p_gen = tf.sigmoid(tf.cast(outputs["p_gen_logit"], tf.float32))
-        terms["p_gen_mean"] = tf.math.divide_no_nan(
-            tf.reduce_sum(p_gen * mask), tf.reduce_sum(mask)
-        )
-        return terms

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgn_tf.models.deep_reinforced import DeepReinforced, reference_ids
-from pgn_tf.vocab import STOP_ID, UNK_ID
+from pgn_tf import objectives
+from pgn_tf.models.deep_reinforced import DeepReinforced
 
 B, L, T, V = 3, 7, 5, 20
 
@@ -54,10 +54,11 @@ def test_paper_sizes_parameter_count():
 
 
 def test_teacher_forcing_equals_step_by_step_decoding():
-    """call() + loss_terms (log-space mixture) and decode_step (scatter, eq. 12) agree."""
+    """call() + the summed NLL (log-space mixture, eq. 14) and decode_step (scatter, eq. 12)
+    agree."""
     model = DeepReinforced(V, hidden_dim=4, emb_dim=3, sample_replace_prob=0.0)
     f = features()
-    nll = model.loss_terms(f, model(f, training=False))["nll"].numpy()
+    nll = objectives.MaximumLikelihood("sum")(model, f, training=False)["nll"].numpy()
     enc, state = model.encode(f["enc_ids"], f["enc_len"], f["enc_ext_ids"], f["num_oovs"],
                               max_dec_steps=T)
     total = np.zeros(B)
@@ -66,28 +67,6 @@ def test_teacher_forcing_equals_step_by_step_decoding():
         picked = tf.gather(log_probs, f["target"][:, t], batch_dims=1).numpy()
         total -= picked * (t < f["dec_len"].numpy())
     np.testing.assert_allclose(nll, total, rtol=1e-4)
-
-
-def test_self_critical_terms_and_gradients():
-    model = DeepReinforced(V, hidden_dim=4, emb_dim=3)
-    f = features(1)
-    with tf.GradientTape() as tape:
-        rl = model.rl_terms(f)
-        loss = tf.reduce_mean(rl["rl"])
-    for key in ("reward_sample", "reward_greedy"):
-        r = rl[key].numpy()
-        assert r.shape == (B,) and np.all((r >= 0) & (r <= 1))
-    grads = tape.gradient(loss, model.trainable_variables)
-    assert all(g is not None for g in grads)
-    # eq. 15: the loss is (r_greedy - r_sample) * log p(sample), zero where rewards agree.
-    same = rl["reward_sample"].numpy() == rl["reward_greedy"].numpy()
-    np.testing.assert_array_equal(rl["rl"].numpy()[same], 0.0)
-
-
-def test_reference_ids_drop_stop_and_unk():
-    target = tf.constant([[5, UNK_ID, STOP_ID, 0], [6, 7, 8, 9]])
-    ref, n = reference_ids(target, tf.constant([3, 4]))  # second one was cut: no [STOP]
-    assert n.numpy().tolist() == [2, 4] and ref.numpy()[0, 1] == -1
 
 
 def test_ml_then_mixed_training_then_export_and_serve(corpus, tmp_path):
@@ -111,7 +90,7 @@ def test_ml_then_mixed_training_then_export_and_serve(corpus, tmp_path):
                   "--set", "train.eval_every=10", "--set", "train.log_every=5"]))
     assert "reward_sample" in mixed and "initial_eval_reward" in mixed
     with open(os.path.join(model_dir, "best", "best.json")) as f:
-        assert json.load(f)["metric"] == "reward"  # the RL phase picks by validation ROUGE-L
+        assert json.load(f)["metric"].startswith("rouge")  # the RL phase picks by ROUGE
 
     base = str(tmp_path / "export")
     path = export.export(model_dir, base, "paulus", version=1)  # checks SavedModel == in-process

@@ -1,0 +1,240 @@
+"""Training objectives, written once against the model interface, for every model.
+
+A model offers a teacher-forced `call(batch, training) -> outputs` (logits [B, T, V], attn
+[B, T, L], p_gen_logit [B, T], and coverage [B, T, L] when it has coverage), `token_log_probs
+(batch, outputs) -> [B, T]` and the search interface `encode` / `decode_step`. An objective maps
+(model, batch) to per-example terms (float32 [B] each, "total" among them, plus the scalar
+"p_gen_mean"); the training loop minimises the global-batch mean of "total". Models hold
+architecture only; nothing in pgn_tf.models imports this module.
+
+    sequence_nll          See et al. eq. 6-7 (mean over steps), Paulus et al. eq. 14 and Rush
+                          et al. section 4 (sum over the summary)
+    coverage_term         See et al. eq. 12, averaged over steps; lambda of eq. 13 weights it
+    switch_supervised_log_probs
+                          Paulus et al. section 2.3 and appendix A.3: the ground truth u_t = 1
+                          (copy, from the first occurrence in the article) for out-of-vocabulary
+                          summary words found in the article, u_t = 0 otherwise (the named-
+                          entity part needs a tagger and is left out)
+    self_critical_term    Paulus et al. eq. 15: (r(y^) - r(y^s)) * sum_t log p(y^s_t)
+    mixed                 Paulus et al. eq. 16: gamma * L_rl + (1 - gamma) * L_ml
+
+`build(cfg)` picks the objective from `train.objective` (ml | mixed | rl) and the model config.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from pgn_tf import rewards
+from pgn_tf.decoding import greedy, sampling
+from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
+
+_NEG = -1e30
+
+
+# -- the terms ---------------------------------------------------------------------------------
+
+
+def sequence_nll(log_probs: tf.Tensor, lengths: tf.Tensor, reduction: str = "mean") -> tf.Tensor:
+    """-log p(y*) of each example over its valid steps.
+
+    log_probs: float [B, T] log p(y*_t); lengths: int [B]. reduction "mean" divides by the
+    length (See et al. eq. 7's 1/T; 0 for an empty summary), "sum" does not (Paulus et al. eq.
+    14). Returns float32 [B]."""
+    log_probs = tf.cast(log_probs, tf.float32)
+    mask = tf.sequence_mask(lengths, tf.shape(log_probs)[1], tf.float32)
+    total = -tf.reduce_sum(log_probs * mask, axis=1)
+    if reduction == "sum":
+        return total
+    if reduction != "mean":
+        raise ValueError(f"unknown NLL reduction '{reduction}' (mean, sum)")
+    return tf.math.divide_no_nan(total, tf.cast(lengths, tf.float32))
+
+
+def coverage_term(attn: tf.Tensor, coverage: tf.Tensor, lengths: tf.Tensor) -> tf.Tensor:
+    """See et al. eq. 12 averaged over the valid steps: covloss_t = sum_i min(a_i^t, c_i^t).
+
+    attn, coverage: float [B, T, L] (coverage[t] = sum of the attention of steps < t);
+    lengths int [B]. Returns float32 [B]."""
+    step_loss = tf.reduce_sum(tf.minimum(tf.cast(attn, tf.float32),
+                                         tf.cast(coverage, tf.float32)), axis=-1)  # [B, T]
+    return sequence_nll(-step_loss, lengths, "mean")
+
+
+def switch_supervised_log_probs(outputs: dict, batch: dict, vocab_size: int) -> tf.Tensor:
+    """log p(u*_t) + log p(y*_t | u*_t) of every target step, float32 [B, T].
+
+    Paulus et al. provide "the ground-truth value for u_t and the corresponding i index of the
+    target input token when u_t = 1 ... at every decoding step during training" (section 2.3);
+    u_t = 1 "when y_t is an out-of-vocabulary token" present in the input (appendix A.3; the
+    named-entity case needs a tagger and is not implemented). Here u*_t = 1 exactly when the
+    target id is an article OOV (id >= V), with i* its first occurrence in the article, so
+        u* = 1: log p(u=1) + log a_{t,i*}          u* = 0: log p(u=0) + log p_vocab(y*_t).
+    `p_gen_logit` is the logit of p(u=0) (the generation probability)."""
+    target = tf.cast(batch["target"], tf.int32)
+    logits = tf.cast(outputs["logits"], tf.float32)
+    z = tf.cast(outputs["p_gen_logit"], tf.float32)
+    in_vocab = target < vocab_size
+    tgt_logit = tf.gather(logits, tf.minimum(target, vocab_size - 1), batch_dims=2)
+    log_vocab = tf.math.log_sigmoid(z) + tgt_logit - tf.reduce_logsumexp(logits, axis=-1)
+    ext = tf.cast(batch["enc_ext_ids"], tf.int32)  # [B, L]
+    hit = tf.equal(ext[:, None, :], target[:, :, None])  # [B, T, L]
+    first = tf.argmax(tf.cast(hit, tf.int32), axis=-1, output_type=tf.int32)  # [B, T]
+    attn = tf.cast(outputs["attn"], tf.float32)
+    a_first = tf.gather(attn, first, batch_dims=2)  # [B, T]
+    found = tf.reduce_any(hit, axis=-1)
+    log_copy = tf.where(found & (a_first > 0),
+                        tf.math.log(tf.maximum(a_first, 1e-30)), _NEG) + tf.math.log_sigmoid(-z)
+    return tf.where(in_vocab, log_vocab, log_copy)
+
+
+def self_critical_term(sample_log_prob: tf.Tensor, reward_sample: tf.Tensor,
+                       reward_greedy: tf.Tensor) -> tf.Tensor:
+    """Paulus et al. eq. 15 per example: (r(y^) - r(y^s)) * sum_t log p(y^s_t | ...).
+
+    sample_log_prob float [B] (summed over the sampled sequence, [STOP] included); rewards
+    float [B], y^ the greedy baseline. The advantage carries no gradient."""
+    advantage = tf.stop_gradient(reward_greedy - reward_sample)
+    return advantage * sample_log_prob
+
+
+def p_gen_mean(outputs: dict, lengths: tf.Tensor) -> tf.Tensor:
+    """Mean p_gen over the valid target steps of the batch (a scalar)."""
+    p_gen = tf.sigmoid(tf.cast(outputs["p_gen_logit"], tf.float32))
+    mask = tf.sequence_mask(lengths, tf.shape(p_gen)[1], tf.float32)
+    return tf.math.divide_no_nan(tf.reduce_sum(p_gen * mask), tf.reduce_sum(mask))
+
+
+def reference_ids(target: tf.Tensor, dec_len: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """The reference summary's ids from the training target (w_1 .. w_n [STOP], maybe cut):
+    ([B, T] ids with [UNK] -> -1, so it matches nothing, lengths [B] without [STOP])."""
+    target = tf.cast(target, tf.int32)
+    dec_len = tf.cast(dec_len, tf.int32)
+    last = tf.gather(target, tf.maximum(dec_len - 1, 0), batch_dims=1)
+    ref_len = dec_len - tf.cast(tf.equal(last, STOP_ID) & (dec_len > 0), tf.int32)
+    return tf.where(tf.equal(target, UNK_ID), -1, target), ref_len
+
+
+def rouge_l_reward(result: dict, batch: dict) -> tf.Tensor:
+    """ROUGE-L F1 of a search result against the batch's reference ids, float32 [B]
+    (Paulus et al. section 3.2's reward; [UNK] on either side matches nothing)."""
+    ref, ref_len = reference_ids(batch["target"], batch["dec_len"])
+    pred = tf.where(tf.equal(result["ids"], UNK_ID), -2, result["ids"])
+    return rewards.rouge_l_f1(pred, result["length"], ref, ref_len)
+
+
+# -- objectives --------------------------------------------------------------------------------
+
+
+class MaximumLikelihood:
+    """Teacher-forced NLL (plus See et al.'s coverage term when the model has coverage).
+
+    Args:
+      reduction: "mean" (per token, See et al. eq. 7) or "sum" (over the summary).
+      coverage_weight: lambda of See et al. eq. 13 (used when the model has coverage).
+      pointer_supervision: Paulus et al.'s supervised switch (switch_supervised_log_probs)
+        instead of the marginal mixture of eq. 12.
+    """
+
+    name = "ml"
+
+    def __init__(self, reduction: str = "mean", coverage_weight: float = 1.0,
+                 pointer_supervision: bool = False):
+        self.reduction = reduction
+        self.coverage_weight = coverage_weight
+        self.pointer_supervision = pointer_supervision
+
+    def term_names(self, model) -> list[str]:
+        """The keys __call__ returns for this model."""
+        return ["total", "nll", "p_gen_mean"] + (["coverage"] if getattr(model, "coverage", False)
+                                                 else [])
+
+    def __call__(self, model, batch: dict, training: bool = True) -> dict:
+        outputs = model(batch, training=training)
+        lengths = batch["dec_len"]
+        if self.pointer_supervision and model.pointer_gen:
+            log_p = switch_supervised_log_probs(outputs, batch, model.vocab_size)
+        else:
+            log_p = model.token_log_probs(batch, outputs)
+        terms = {"nll": sequence_nll(log_p, lengths, self.reduction)}
+        terms["total"] = terms["nll"]
+        if getattr(model, "coverage", False):
+            terms["coverage"] = coverage_term(outputs["attn"], outputs["coverage"], lengths)
+            terms["total"] = terms["nll"] + self.coverage_weight * terms["coverage"]
+        terms["p_gen_mean"] = (p_gen_mean(outputs, lengths) if "p_gen_logit" in outputs
+                               else tf.constant(1.0))
+        return terms
+
+
+class SelfCritical:
+    """Paulus et al. section 3.2: the self-critical policy gradient (eq. 15) mixed with the ML
+    objective (eq. 16); gamma = 1 is eq. 15 alone.
+
+    The sampled sequence and the greedy baseline run from the same encoding for up to
+    max_steps tokens with [STOP] barred before min_steps, exactly as decoding does at
+    inference (no knowledge of the reference's length). Terms add: rl, reward_sample,
+    reward_greedy (ROUGE-L F1 [B]) and sample_capped (1 where the sample hit max_steps)."""
+
+    def __init__(self, ml: MaximumLikelihood, gamma: float, max_steps: int, min_steps: int = 0,
+                 seed: int | None = None):
+        self.ml = ml
+        self.gamma = gamma
+        self.max_steps = max_steps
+        self.min_steps = min_steps
+        self.seed = seed
+        self.name = "rl" if gamma >= 1.0 else "mixed"
+
+    def term_names(self, model) -> list[str]:
+        return self.ml.term_names(model) + ["rl", "reward_sample", "reward_greedy",
+                                            "sample_capped"]
+
+    def _searches(self, model, batch):
+        enc, state = model.encode(batch["enc_ids"], batch["enc_len"], batch.get("enc_ext_ids"),
+                                  batch.get("num_oovs"), max_dec_steps=self.max_steps)
+        step_fn = lambda ids, t, st: model.decode_step(ids, t, st, enc)  # noqa: E731
+        b = tf.shape(batch["enc_ids"])[0]
+        return step_fn, state, b
+
+    def rl_terms(self, model, batch: dict) -> dict:
+        step_fn, state, b = self._searches(model, batch)
+        sampled = sampling.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
+                                  min_steps=self.min_steps, seed=self.seed)
+        best = greedy.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
+                             self.min_steps)
+        r_sample = rouge_l_reward(sampled, batch)
+        r_greedy = rouge_l_reward(best, batch)
+        log_p = tf.reduce_sum(sampled["step_log_probs"], axis=1)  # [STOP] included
+        capped = tf.cast(sampled["length"] >= self.max_steps, tf.float32)
+        return {"rl": self_critical_term(log_p, r_sample, r_greedy), "reward_sample": r_sample,
+                "reward_greedy": r_greedy, "sample_capped": capped}
+
+    def __call__(self, model, batch: dict, training: bool = True) -> dict:
+        terms = self.ml(model, batch, training) if self.gamma < 1.0 else {
+            "nll": tf.zeros(tf.shape(batch["dec_len"])), "p_gen_mean": tf.constant(0.0)}
+        ml_total = terms.get("total", terms["nll"])
+        rl = self.rl_terms(model, batch)
+        terms.update(rl, total=self.gamma * rl["rl"] + (1.0 - self.gamma) * ml_total)
+        return terms
+
+    def greedy_reward(self, model, batch: dict) -> tf.Tensor:
+        """Validation reward: ROUGE-L F1 of greedy decoding, float32 [B] (no gradient)."""
+        step_fn, state, b = self._searches(model, batch)
+        best = greedy.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
+                             self.min_steps)
+        return rouge_l_reward(best, batch)
+
+
+OBJECTIVES = ("ml", "mixed", "rl")
+
+
+def build(cfg) -> MaximumLikelihood | SelfCritical:
+    """The objective a Config asks for (train.objective, train.nll_reduction, model.cov_loss_wt,
+    train.pointer_supervision, train.rl_gamma; RL searches run to decode.max_dec_steps)."""
+    t = cfg.train
+    ml = MaximumLikelihood(t.nll_reduction, cfg.model.cov_loss_wt, t.pointer_supervision)
+    if t.objective == "ml":
+        return ml
+    if t.objective not in OBJECTIVES:
+        raise ValueError(f"unknown train.objective '{t.objective}' ({', '.join(OBJECTIVES)})")
+    gamma = t.rl_gamma if t.objective == "mixed" else 1.0
+    return SelfCritical(ml, gamma, cfg.decode.max_dec_steps, cfg.decode.min_dec_steps)

@@ -1,0 +1,314 @@
+"""What one training run holds: strategy, data, model, optimizer, objective, checkpoints, the
+compiled steps, and validation (eval loss or ROUGE) with the best checkpoint.
+
+`pgn_tf.train` (the CLI) validates the config and builds a Trainer; `pgn_tf.loop.fit` runs it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from pgn_tf import config as config_lib
+from pgn_tf import model_dir as model_dir_lib
+from pgn_tf import objectives
+from pgn_tf import vocab as vocab_lib
+from pgn_tf.data import dataset
+from pgn_tf.errors import UserError
+from pgn_tf.models import build_model
+
+
+def make_optimizer(train_cfg: config_lib.TrainConfig) -> keras.optimizers.Optimizer:
+    lr = initial_learning_rate(train_cfg)
+    if train_cfg.optimizer == "adagrad":
+        return keras.optimizers.Adagrad(
+            learning_rate=lr, initial_accumulator_value=train_cfg.adagrad_init_acc, epsilon=1e-10)
+    if train_cfg.optimizer == "adam":
+        return keras.optimizers.Adam(learning_rate=lr)
+    if train_cfg.optimizer == "sgd":
+        return keras.optimizers.SGD(learning_rate=lr)
+    raise UserError(f"unknown train.optimizer '{train_cfg.optimizer}' (adagrad, adam, sgd)")
+
+
+def initial_learning_rate(train_cfg: config_lib.TrainConfig) -> float:
+    return train_cfg.learning_rate if train_cfg.objective == "ml" else train_cfg.rl_learning_rate
+
+
+class Trainer:
+    """Args:
+      cfg: the resolved, validated Config; mdir: the ModelDir; vocab; train_files / eval_files:
+      TFRecord files; strategy: a tf.distribute strategy (the default one on a single device);
+      fresh_optimizer: True when this run starts a new phase (coverage conversion, new
+      objective): model weights come from the previous phase (train.convert_from), the
+      optimizer starts fresh; is_chief: whether this worker writes checkpoints and logs.
+    """
+
+    def __init__(self, cfg: config_lib.Config, mdir: model_dir_lib.ModelDir,
+                 vocab: vocab_lib.Vocab, train_files: list[str], eval_files: list[str] | None,
+                 strategy: tf.distribute.Strategy, fresh_optimizer: bool = False,
+                 previous_cfg: config_lib.Config | None = None, is_chief: bool = True):
+        self.cfg = cfg
+        self.mdir = mdir
+        self.vocab = vocab
+        self.strategy = strategy
+        self.eval_files = eval_files
+        self.train_files = train_files
+        self.is_chief = is_chief
+        tcfg = cfg.train
+        n = strategy.num_replicas_in_sync
+        if tcfg.batch_size % n:
+            raise UserError(f"train.batch_size={tcfg.batch_size} is not divisible by {n} replicas")
+        self.global_batch = tcfg.batch_size
+        self.objective = objectives.build(cfg)
+        with strategy.scope():
+            keras.utils.set_random_seed(tcfg.seed)
+            # Layers take the policy when built; restore it after, so nothing else inherits it.
+            previous = keras.mixed_precision.global_policy()
+            keras.mixed_precision.set_global_policy(tcfg.mixed_precision or "float32")
+            try:
+                self.model = build_model(cfg.model, vocab.size)
+            finally:
+                keras.mixed_precision.set_global_policy(previous)
+            self.optimizer = make_optimizer(tcfg)
+            self.optimizer.build(self.model.trainable_variables)
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            self.ckpt = tf.train.Checkpoint(step=self.step, model=self.model, optimizer=self.optimizer)
+        self.manager = tf.train.CheckpointManager(
+            self.ckpt, mdir.ckpt_dir, max_to_keep=tcfg.keep_checkpoints, checkpoint_name="ckpt")
+        self.best_manager = tf.train.CheckpointManager(
+            self.ckpt, mdir.best_dir, max_to_keep=1, checkpoint_name="best")
+        self.fresh_optimizer = fresh_optimizer
+        self.restored_from = self._restore(previous_cfg)
+        self.phase_start = int(self.step.numpy())
+        self._build_data()
+        self.train_writer = self.eval_writer = None
+        if is_chief:
+            self.train_writer = tf.summary.create_file_writer(os.path.join(mdir.path, "train"))
+            self.eval_writer = tf.summary.create_file_writer(os.path.join(mdir.path, "eval"))
+        self._train_step = self._eval_step = self._rouge_fn = self._samples = None
+        self.measure, self.measure_key, self.higher_is_better = config_lib.best_measure(cfg)
+        info = mdir.read_best() if not fresh_optimizer else None
+        self.best_value = (info["value"] if info and info.get("metric") == self.measure
+                           else None)
+
+    # -- set-up -----------------------------------------------------------------------------
+
+    def _restore(self, previous_cfg) -> str | None:
+        """Restores the latest checkpoint (a resume), or, at a new phase, the model weights of
+        the previous phase's best (or latest) checkpoint and the latest step."""
+        latest = self.mdir.latest_checkpoint()
+        if not latest:
+            return None
+        tcfg = self.cfg.train
+        if not self.fresh_optimizer:
+            self.ckpt.restore(latest).assert_existing_objects_matched()
+            # The config, not the checkpoint, sets the learning rate (Keras 3 checkpoints it),
+            # except where training halves it on plateaus: then the halved value carries on.
+            if tcfg.lr_halving == "none":
+                self.optimizer.learning_rate.assign(initial_learning_rate(tcfg))
+            return latest
+        # A new phase: a new coverage weight keeps its zero init, the optimizer starts fresh
+        # (its slots would not line up; a new objective has its own learning rate).
+        source = latest
+        if tcfg.convert_from == "best" and previous_cfg is not None:
+            source = self.mdir.best_checkpoint(previous_cfg) or latest
+        tf.train.Checkpoint(step=self.step).read(latest).expect_partial()
+        model_dir_lib.restore_model(self.model, source)
+        return source
+
+    def _build_data(self) -> None:
+        tcfg, n = self.cfg.train, self.strategy.num_replicas_in_sync
+        ds = dataset.make_dataset(
+            self.train_files, self.vocab, self.cfg.data, tcfg.batch_size,
+            self.cfg.model.pointer_gen, True, seed=tcfg.seed).map(dataset.model_features)
+        # Resuming continues the data order: the pipeline is deterministic for a seed, so the
+        # batches the checkpoint's steps consumed are skipped.
+        consumed = int(self.step.numpy())
+        if consumed and not self.fresh_optimizer:
+            ds = ds.skip(consumed)
+        self.train_ds = self.strategy.experimental_distribute_dataset(ds) if n > 1 else ds
+        self.steps_per_epoch = self.epoch_best_loss = None
+        if tcfg.lr_halving == "epoch":  # Rush et al.: the rate halves per epoch, not per eval
+            records = sum(1 for _ in tf.data.TFRecordDataset(self.train_files))
+            self.steps_per_epoch = max(1, records // tcfg.batch_size)
+        self.eval_ds = None
+        if self.eval_files:
+            eds = dataset.make_dataset(
+                self.eval_files, self.vocab, self.cfg.data, self.global_batch,
+                self.cfg.model.pointer_gen, training=False, drop_empty=True,
+            ).map(dataset.model_features).take(tcfg.eval_batches)
+            self.eval_ds = self.strategy.experimental_distribute_dataset(eds) if n > 1 else eds
+
+    # -- compiled steps ---------------------------------------------------------------------
+
+    def _step_fn(self, batch):
+        model, opt, tcfg = self.model, self.optimizer, self.cfg.train
+        with tf.GradientTape() as tape:
+            terms = self.objective(model, batch, training=True)
+            loss = tf.nn.compute_average_loss(terms["total"], global_batch_size=self.global_batch)
+        variables = model.trainable_variables
+        grads = tape.gradient(loss, variables)
+        n = self.strategy.num_replicas_in_sync
+        if n > 1:
+            # Clip the *global* gradient (See et al.: norm 2.0): sum replicas first. Keras sums
+            # across replicas again inside apply_gradients, so hand it 1/n of the reduced value.
+            grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
+                                                                    grads)
+        norm = tf.linalg.global_norm(grads)
+        finite = tf.math.is_finite(norm) & tf.math.is_finite(loss)
+        if tcfg.max_grad_norm > 0:
+            grads, _ = tf.clip_by_global_norm(grads, tcfg.max_grad_norm, use_norm=norm)
+        # A non-finite step is dropped: its gradient becomes zero (for SGD and Adagrad the
+        # weights do not move; Adam's momentum still carries them one step). The loop counts
+        # such steps and stops on a streak (train.max_nonfinite_steps).
+        grads = [tf.IndexedSlices(tf.where(finite, g.values, tf.zeros_like(g.values)) / n,
+                                  g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
+                 else tf.where(finite, g, tf.zeros_like(g)) / n for g in grads]
+        opt.apply_gradients(zip(grads, variables))
+        scale = 1.0 / self.global_batch
+        report = {
+            "loss": loss,
+            "nll": tf.reduce_sum(terms["nll"]) * scale,
+            "p_gen_mean": terms["p_gen_mean"] / n,
+            "grad_norm": norm / n,
+            "nonfinite": (1.0 - tf.cast(finite, tf.float32)) / n,
+            "src_tokens": tf.cast(tf.reduce_sum(batch["enc_len"]), tf.float32),
+            "tgt_tokens": tf.cast(tf.reduce_sum(batch["dec_len"]), tf.float32),
+        }
+        for key in ("coverage", "reward_sample", "reward_greedy", "sample_capped"):
+            if key in terms:
+                report["coverage_loss" if key == "coverage" else key] = (
+                    tf.reduce_sum(terms[key]) * scale)
+        return report
+
+    def _eval_fn(self, batch):
+        ml = getattr(self.objective, "ml", self.objective)
+        terms = ml(self.model, batch, training=False)
+        out = {"total": tf.reduce_sum(terms["total"]), "nll": tf.reduce_sum(terms["nll"]),
+               "count": tf.cast(tf.size(terms["total"]), tf.float32)}
+        if "coverage" in terms:
+            out["coverage_loss"] = tf.reduce_sum(terms["coverage"])
+        if isinstance(self.objective, objectives.SelfCritical):  # Paulus et al.'s reward
+            out["reward"] = tf.reduce_sum(self.objective.greedy_reward(self.model, batch))
+        return out
+
+    def _compile(self, fn, element_spec):
+        strategy = self.strategy
+        if strategy.num_replicas_in_sync == 1:
+            return tf.function(fn, input_signature=[element_spec])
+
+        def step(b):
+            per_replica = strategy.run(fn, args=(b,))
+            return {k: strategy.reduce("SUM", v, axis=None) for k, v in per_replica.items()}
+
+        return tf.function(step, input_signature=[element_spec])
+
+    def train_step(self, batch) -> dict:
+        if self._train_step is None:
+            self._train_step = self._compile(self._step_fn, self.train_ds.element_spec)
+        return self._train_step(batch)
+
+    # -- validation and the best checkpoint ---------------------------------------------------
+
+    def eval_loss(self) -> dict | None:
+        """Mean per-example eval loss (and reward) over at most train.eval_batches batches."""
+        if self.eval_ds is None:
+            return None
+        if self._eval_step is None:
+            self._eval_step = self._compile(self._eval_fn, self.eval_ds.element_spec)
+        sums: dict = {}
+        for batch in self.eval_ds:
+            for k, v in self._eval_step(batch).items():
+                sums[k] = sums.get(k, 0.0) + float(v)
+        if not sums or sums["count"] == 0:
+            return None
+        count = sums.pop("count")
+        return {("loss" if k == "total" else k): v / count for k, v in sums.items()}
+
+    def eval_rouge(self) -> dict:
+        """ROUGE-1/2/Lsum F1 (x100, rouge-score) of the first train.eval_rouge_examples
+        validation articles, decoded as evaluate decodes them (the decode config's search)."""
+        import itertools
+
+        from pgn_tf import evaluate
+        from pgn_tf.data import tfrecord
+        from pgn_tf.inference import Summarizer
+
+        if self._rouge_fn is None:
+            records = itertools.chain.from_iterable(
+                tfrecord.read_tfrecords(f) for f in self.eval_files)
+            examples = list(itertools.islice(records, self.cfg.train.eval_rouge_examples))
+            refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
+            self._rouge_fn = (Summarizer(self.model, self.vocab, self.cfg), examples, refs)
+        summarizer, examples, refs = self._rouge_fn
+        decoded, _, _ = evaluate.decode_examples(summarizer, examples, self.cfg.decode.batch_size,
+                                                 None, want_pgen=False, verbose=0)
+        from pgn_tf.inference import tokens_to_sentences
+
+        return evaluate.rouge([tokens_to_sentences(d) for d in decoded], refs, bootstrap=0)
+
+    def validate(self) -> dict | None:
+        """The eval loss, plus ROUGE when the best checkpoint is chosen by it."""
+        metrics = self.eval_loss()
+        if metrics is not None and self.measure.startswith("rouge"):
+            metrics.update(self.eval_rouge())
+        return metrics
+
+    def is_better(self, value: float) -> bool:
+        if value is None or not math.isfinite(value):
+            return False  # a NaN eval is never the best (NaN >= x is False for any x)
+        if self.best_value is None:
+            return True
+        return value > self.best_value if self.higher_is_better else value < self.best_value
+
+    def save_best(self, metrics: dict, force: bool = False) -> bool:
+        """Saves the current model as the best checkpoint if metrics beat the best so far (or
+        force, at the start of a phase, when they are finite). Chief only."""
+        value = metrics.get(self.measure_key)
+        if not (self.is_better(value) or (force and value is not None
+                                          and math.isfinite(value))):
+            return False
+        self.best_value = value
+        if self.is_chief:
+            step = int(self.step.numpy())
+            self.best_manager.save(checkpoint_number=step)
+            self.mdir.write_best({"metric": self.measure, "value": value, "step": step,
+                                  "higher_is_better": self.higher_is_better,
+                                  "checkpoint": self.best_manager.latest_checkpoint})
+        return True
+
+    def log_samples(self, step: int, num: int = 3) -> None:
+        """Decodes a few validation articles into TensorBoard: text (article, reference,
+        summary) and the attention heatmap with p_gen of each."""
+        from pgn_tf import visualize
+        from pgn_tf.data import tfrecord
+        from pgn_tf.inference import Summarizer
+
+        if self._samples is None:
+            examples = []
+            for ex in tfrecord.read_tfrecords(self.eval_files[0]):
+                examples.append(ex)
+                if len(examples) == num:
+                    break
+            summarizer = Summarizer(self.model, self.vocab, self.cfg)
+            fn = tf.function(lambda a: summarizer.summarize(a, verbose=True),
+                             input_signature=[tf.TensorSpec([None], tf.string)])
+            self._samples = (examples, fn)
+        examples, fn = self._samples
+        if not examples:
+            return
+        out = fn(tf.constant([e.article for e in examples]))
+        with self.eval_writer.as_default(step=step):
+            for i, ex in enumerate(examples):
+                n = int(out["length"][i])
+                summary = out["summaries"].numpy()[i].decode("utf-8", "replace")
+                src_len = int(np.sum(out["source_tokens"].numpy()[i] != b""))
+                tf.summary.text(f"sample_{i}", f"**article:** {ex.article[:500]}\n\n"
+                                f"**reference:** {ex.summary}\n\n**decoded:** {summary}")
+                image = visualize.attention_image(out["attention"].numpy()[i][:n, :src_len],
+                                                  out["p_gen"].numpy()[i][:n], scale=4)
+                tf.summary.image(f"attention_{i}", image[None])

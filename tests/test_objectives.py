@@ -1,0 +1,178 @@
+"""The objectives against NumPy references on toy batches, and for every model."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from pgn_tf import objectives
+from pgn_tf.models.abs import ABS
+from pgn_tf.models.deep_reinforced import DeepReinforced
+from pgn_tf.models.pointer_generator import PointerGenerator
+from pgn_tf.vocab import STOP_ID, UNK_ID
+
+B, L, T, V = 3, 7, 5, 20
+
+
+def features(seed=0, pointer=True):
+    rng = np.random.default_rng(seed)
+    ext = np.where(rng.random((B, L)) < 0.3, V, rng.integers(4, V, (B, L)))
+    target = rng.integers(4, V + 1, (B, T)) if pointer else rng.integers(4, V, (B, T))
+    target[0, 1] = V  # an article OOV in the summary: copied
+    ext[0, 2] = ext[0, 4] = V
+    return {
+        "enc_ids": tf.constant(np.where(ext >= V, UNK_ID, ext), tf.int32),
+        "enc_ext_ids": tf.constant(ext, tf.int32),
+        "enc_len": tf.constant([7, 5, 0]),
+        "num_oovs": tf.constant([1, 1, 0]),
+        "dec_input": tf.constant(rng.integers(4, V, (B, T)), tf.int32),
+        "target": tf.constant(target, tf.int32),
+        "dec_len": tf.constant([5, 3, 1]),
+    }
+
+
+def test_sequence_nll_mean_and_sum_match_numpy_and_mask_padding():
+    lp = np.log(np.array([[0.5, 0.25, 0.1], [0.5, 1e-3, 1e-3], [0.9, 0.9, 0.9]], "float32"))
+    n = np.array([2, 0, 3])
+    sums = [-(lp[i, :k].sum()) for i, k in enumerate(n)]
+    got_sum = objectives.sequence_nll(lp, n, "sum").numpy()
+    got_mean = objectives.sequence_nll(lp, n, "mean").numpy()
+    np.testing.assert_allclose(got_sum, sums, rtol=1e-6)
+    np.testing.assert_allclose(got_mean, [sums[0] / 2, 0.0, sums[2] / 3], rtol=1e-6)
+    with pytest.raises(ValueError, match="reduction"):
+        objectives.sequence_nll(lp, n, "max")
+
+
+def test_coverage_term_matches_numpy():
+    rng = np.random.default_rng(3)
+    attn = rng.dirichlet(np.ones(4), size=(2, 3)).astype("float32")  # [B, T, L]
+    coverage = np.concatenate([np.zeros((2, 1, 4)), np.cumsum(attn, 1)[:, :-1]], 1)
+    lengths = np.array([3, 2])
+    ref = [np.mean([np.minimum(attn[b, t], coverage[b, t]).sum() for t in range(n)])
+           for b, n in enumerate(lengths)]
+    got = objectives.coverage_term(attn, coverage.astype("float32"), lengths).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-6)
+    assert np.all(got <= 1.0)  # covloss_t <= sum_i a_i = 1 (See et al. section 2.3)
+
+
+def test_switch_supervision_matches_numpy():
+    """u* = 1 (copy from the first occurrence) exactly for OOV targets, u* = 0 otherwise."""
+    rng = np.random.default_rng(5)
+    f = features(5)
+    logits = rng.normal(size=(B, T, V)).astype("float32")
+    attn = rng.dirichlet(np.ones(L), size=(B, T)).astype("float32")
+    z = rng.normal(size=(B, T)).astype("float32")
+    got = objectives.switch_supervised_log_probs(
+        {"logits": logits, "attn": attn, "p_gen_logit": z}, f, V).numpy()
+    ext, tgt = f["enc_ext_ids"].numpy(), f["target"].numpy()
+    sig = 1 / (1 + np.exp(-z))
+    for b in range(B):
+        for t in range(T):
+            y = tgt[b, t]
+            if y < V:
+                p = np.exp(logits[b, t]) / np.exp(logits[b, t]).sum()
+                want = np.log(sig[b, t]) + np.log(p[y])
+            else:
+                hits = np.flatnonzero(ext[b] == y)
+                want = (np.log(1 - sig[b, t]) + np.log(attn[b, t, hits[0]])) if len(hits) \
+                    else -1e30
+            if want < -1e20:
+                assert got[b, t] < -1e20
+            else:
+                np.testing.assert_allclose(got[b, t], want, rtol=1e-5, atol=1e-5)
+    assert tgt[0, 1] == V and got[0, 1] > -1e20  # the copied OOV is supervised as a copy
+
+
+def test_reference_ids_drop_stop_and_unk():
+    target = tf.constant([[5, UNK_ID, STOP_ID, 0], [6, 7, 8, 9]])
+    ref, n = objectives.reference_ids(target, tf.constant([3, 4]))  # second one was cut
+    assert n.numpy().tolist() == [2, 4] and ref.numpy()[0, 1] == -1
+
+
+@pytest.mark.parametrize("make", [
+    lambda: PointerGenerator(V, 6, 4, coverage=True),
+    lambda: DeepReinforced(V, hidden_dim=4, emb_dim=3, sample_replace_prob=0.0),
+])
+def test_self_critical_term_equals_advantage_times_teacher_forced_log_prob(make):
+    """Paulus et al. eq. 15: (r(y^) - r(y^s)) * sum_t log p(y^s_t), with log p(y^s) recomputed
+    by teacher forcing on the sampled sequence; works for any model (coverage included)."""
+    tf.random.set_seed(7)
+    model = make()
+    f = features(1)
+    sc = objectives.SelfCritical(objectives.MaximumLikelihood(), gamma=0.9, max_steps=6)
+    step_fn, state, b = sc._searches(model, f)
+    from pgn_tf.decoding import sampling
+
+    sampled = sampling.search(step_fn, state, b, 6, 2, STOP_ID, min_steps=0, seed=3)
+    ids, n = sampled["ids"].numpy(), sampled["length"].numpy()
+    stopped = sampled["step_log_probs"].numpy()[np.arange(B), np.minimum(n, 5)] != 0
+    # Teacher forcing over y^s: inputs [START] y_1.., targets y_1.. [STOP] (when it stopped).
+    tgt = np.zeros((B, 6), np.int32)
+    for i in range(B):
+        tgt[i, : n[i]] = ids[i, : n[i]]
+        if stopped[i] and n[i] < 6:
+            tgt[i, n[i]] = STOP_ID
+    dec_len = n + (stopped & (n < 6))
+    dec_in = np.concatenate([np.full((B, 1), 2), tgt[:, :-1]], 1)
+    tf_batch = dict(f, dec_input=tf.constant(dec_in), target=tf.constant(tgt),
+                    dec_len=tf.constant(dec_len.astype(np.int32)))
+    tf_log_p = objectives.sequence_nll(
+        model.token_log_probs(tf_batch, model(tf_batch, training=False)), dec_len, "sum")
+    np.testing.assert_allclose(-tf_log_p.numpy(), sampled["step_log_probs"].numpy().sum(1),
+                               rtol=1e-4, atol=1e-4)
+    r_s = objectives.rouge_l_reward(sampled, f).numpy()
+    r_g = np.array([0.3, 0.0, 0.5], np.float32)
+    term = objectives.self_critical_term(-tf_log_p, tf.constant(r_s), tf.constant(r_g)).numpy()
+    np.testing.assert_allclose(term, (r_g - r_s) * -tf_log_p.numpy(), rtol=1e-6)
+
+
+def test_mixed_objective_mixes_and_reports_for_a_coverage_model():
+    tf.random.set_seed(0)
+    model = PointerGenerator(V, 6, 4, coverage=True)
+    f = features(2)
+    ml = objectives.MaximumLikelihood(coverage_weight=1.0)
+    sc = objectives.SelfCritical(ml, gamma=0.75, max_steps=6, min_steps=2)
+    with tf.GradientTape() as tape:
+        terms = sc(model, f, training=True)
+        loss = tf.reduce_mean(terms["total"])
+    want = 0.75 * terms["rl"] + 0.25 * (terms["nll"] + terms["coverage"])
+    np.testing.assert_allclose(terms["total"].numpy(), want.numpy(), rtol=1e-6)
+    assert set(sc.term_names(model)) <= set(terms)
+    r = terms["reward_sample"].numpy()
+    assert r.shape == (B,) and np.all((r >= 0) & (r <= 1))
+    grads = tape.gradient(loss, model.trainable_variables)
+    assert all(g is not None for g in grads)
+
+
+def test_rl_searches_run_to_the_decode_limits_not_the_reference_length():
+    """The sampled and greedy sequences run to max_steps (the decode config's), whatever the
+    length of the batch's references; [STOP] is barred before min_steps."""
+    model = DeepReinforced(V, hidden_dim=4, emb_dim=3)
+    f = features(3)  # references of at most T = 5 tokens
+    sc = objectives.SelfCritical(objectives.MaximumLikelihood("sum"), 0.99, max_steps=9,
+                                 min_steps=9)
+    terms = sc.rl_terms(model, f)
+    np.testing.assert_array_equal(terms["sample_capped"].numpy(), 1.0)
+
+
+def test_build_picks_the_configured_objective():
+    from pgn_tf import config
+
+    cfg = config.paulus2017()
+    obj = objectives.build(cfg)
+    assert isinstance(obj, objectives.MaximumLikelihood) and obj.reduction == "sum"
+    assert obj.pointer_supervision
+    cfg.train.objective = "mixed"
+    obj = objectives.build(cfg)
+    assert isinstance(obj, objectives.SelfCritical) and obj.gamma == cfg.train.rl_gamma
+    assert obj.max_steps == cfg.decode.max_dec_steps and obj.min_steps == cfg.decode.min_dec_steps
+    cfg.train.objective = "rl"
+    assert objectives.build(cfg).gamma == 1.0
+
+
+def test_abs_trains_through_the_same_objective():
+    model = ABS(V, hidden_dim=6, emb_dim=4, window=3)
+    f = features(4, pointer=False)
+    terms = objectives.MaximumLikelihood("sum")(model, f)
+    log_p = model.token_log_probs(f, model(f))
+    want = -np.sum(log_p.numpy() * (np.arange(T)[None] < f["dec_len"].numpy()[:, None]), 1)
+    np.testing.assert_allclose(terms["total"].numpy(), want, rtol=1e-5)
