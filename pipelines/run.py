@@ -132,7 +132,8 @@ def run_step(run_dir: str, name: str, fn, inputs: dict, resumable: bool = False)
         if done["fingerprint"] == fp:
             print(f"[pipelines.run] {name}: done earlier, skipped", flush=True)
             return done["outputs"]
-        changed = ", ".join(_changed_keys(done.get("inputs", {}), inputs)) or "inputs"
+        changed = ", ".join({"after": "an earlier step"}.get(k, k)
+                            for k in _changed_keys(done.get("inputs", {}), inputs)) or "inputs"
         print(f"[pipelines.run] {name}: {changed} changed, running again from scratch", flush=True)
         shutil.rmtree(out_dir)
     elif os.path.isdir(out_dir) and not resumable:

@@ -80,7 +80,7 @@ def test_tfrecord_round_trip_and_corrupt_file(tmp_path):
     bad = tmp_path / "bad.tfrecord"
     data = open(files[0], "rb").read()
     bad.write_bytes(data[:-3])
-    with pytest.raises(ValueError, match="bad.tfrecord has a corrupt or truncated record at byte"):
+    with pytest.raises(ValueError, match="bad.tfrecord is not a readable TFRecord"):
         tfrecord.validate_tfrecords([str(bad)])
     junk = tmp_path / "junk.tfrecord"
     junk.write_bytes(b"this is not a tfrecord at all")
@@ -193,13 +193,33 @@ def test_a_corrupt_record_mid_file_is_named_by_file_and_offset_when_read(tmp_pat
         list(tfrecord.read_tfrecords(str(bad)))
     with pytest.raises(ValueError, match=want):
         tfrecord.validate_tfrecords([str(bad)])
-    # A file cut inside a record: named the same way, at the cut record's offset.
-    cut = tmp_path / "cut.tfrecord"
-    cut.write_bytes(bytes(open(good, "rb").read()[: offsets[30] + 5]))
-    with pytest.raises(ValueError, match=f"{cut} has a corrupt or truncated record at byte "
-                                         f"offset {offsets[30]} of"):
-        tfrecord.validate_tfrecords([str(cut)])
     assert tfrecord.read_error(RuntimeError("something else")) is None
+
+
+def test_a_cut_file_fails_at_start_up_from_its_record_headers(tmp_path):
+    """Truncation (the usual damage: a copy or download cut short) needs no data read: the
+    record headers stop tiling the file. Caught before training writes anything."""
+    exs = [Example(f"article {i} words", f"summary {i}", str(i)) for i in range(40)]
+    (good,) = tfrecord.write_tfrecords(exs, str(tmp_path / "good"))
+    offsets = record_offsets(good)
+    raw = open(good, "rb").read()
+    assert tfrecord.framing_error(good) is None and tfrecord.check_tfrecords([good]) == 1
+    for name, data, at, what in [
+        ("cut_in_data.tfrecord", raw[: offsets[30] + 20], offsets[30], "truncated record"),
+        ("cut_in_header.tfrecord", raw[: offsets[30] + 5], offsets[30], "truncated record"),
+        ("bad_length.tfrecord", raw[:offsets[7]] + b"\xff" + raw[offsets[7] + 1:], offsets[7],
+         "corrupt record length"),
+    ]:
+        path = tmp_path / name
+        path.write_bytes(data)
+        want = (f"data file {path} is not a readable TFRecord of pgn_tf examples: {what} at "
+                f"byte offset {at} of a {len(data)}-byte file")
+        with pytest.raises(ValueError) as e:
+            dataset.resolve_files(str(path), str(tmp_path / "cache"))
+        assert str(e.value) == want
+    empty = tmp_path / "empty.tfrecord"
+    empty.write_bytes(b"")
+    assert tfrecord.check_tfrecords([str(empty)]) == 0
 
 
 def test_training_on_data_without_a_usable_summary_is_an_error_not_a_hang(tmp_path, vocab,
