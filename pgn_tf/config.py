@@ -33,20 +33,23 @@ class Range:
 
     min: float | None = None
     max: float | None = None
-    min_exclusive: bool = False  # (min, max] instead of [min, max]
+    min_exclusive: bool = False  # (min, ... instead of [min, ...
+    max_exclusive: bool = False  # ..., max) instead of ..., max]
 
     def holds(self, value: float) -> bool:
         if self.min is not None and (value <= self.min if self.min_exclusive else value < self.min):
             return False
-        return self.max is None or value <= self.max
+        if self.max is not None and (value >= self.max if self.max_exclusive else value > self.max):
+            return False
+        return True
 
     def describe(self) -> str:
-        low = "(" if self.min_exclusive else "["
+        low, high = "([" [not self.min_exclusive], ")]"[not self.max_exclusive]
         if self.max is None:
             return f"{'>' if self.min_exclusive else '>='} {self.min:g}"
         if self.min is None:
-            return f"<= {self.max:g}"
-        return f"in {low}{self.min:g}, {self.max:g}]"
+            return f"{'<' if self.max_exclusive else '<='} {self.max:g}"
+        return f"in {low}{self.min:g}, {self.max:g}{high}"
 
 
 PositiveInt = Annotated[int, Range(1)]
@@ -77,6 +80,8 @@ class ModelConfig:
     pointer_gen: bool = True
     coverage: bool = False
     cov_loss_wt: NonNegativeFloat = 1.0  # lambda in See et al. eq. 13
+    # See et al.'s model: on embeddings and o_t in training (not in the paper)
+    dropout: Annotated[float, Range(0, 1, max_exclusive=True)] = 0.0
     rand_unif_init_mag: NonNegativeFloat = 0.02
     trunc_norm_init_std: NonNegativeFloat = 1e-4
     emb_init_std: NonNegativeFloat = 0.0  # stddev of the embedding init; 0 = trunc_norm_init_std

@@ -96,6 +96,7 @@ def test_literal_fields_take_their_choices_and_reject_others(key):
     ("train.learning_rate=inf", "a finite number"),
     ("model.cov_loss_wt=nan", "a finite number"),
     ("model.sample_replace_prob=1.01", "in [0, 1]"),
+    ("model.dropout=1", "in [0, 1)"),
     ("train.rl_gamma=-0.5", "in [0, 1]"),
     ("decode.min_dec_steps=-1", ">= 0"),
     ("train.max_minutes=-1", ">= 0"),

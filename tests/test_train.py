@@ -1,5 +1,9 @@
-"""The training CLI end to end, in subprocesses (logical CPU devices must be set before TF starts)."""
+"""The training CLI end to end: in-process, except where a process must start fresh (logical CPU
+devices are set before TF starts; a run killed with SIGKILL)."""
 
+import contextlib
+import io
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +21,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = ["--set", "model.hidden_dim=16", "--set", "model.emb_dim=8", "--set", "train.batch_size=8",
          "--set", "data.max_enc_steps=50", "--set", "data.max_dec_steps=12",
          "--set", "train.log_every=5", "--set", "train.eval_batches=2", "--quiet"]
+
+
+def train_in_process(model_dir, *extra):
+    """python -m pgn_tf.train in this process: (exit code, stdout, stderr)."""
+    from pgn_tf import train as train_cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = train_cli.main(["--model_dir", str(model_dir), *SMALL, *extra])
+    return code, out.getvalue(), err.getvalue()
 
 
 def train(model_dir, *extra, check=True, timeout=300):
@@ -128,6 +142,9 @@ def test_bad_inputs_fail_with_one_line_and_touch_nothing(trained, tmp_path, corp
     files = tfrecord.write_tfrecords([Example("a b", "a")] * 3, str(tmp_path / "ok"))
     bad.write_bytes(open(files[0], "rb").read()[:-4])
     (tmp_path / "vocab.txt").write_text("the 3\ncat 2\n")
+    # Same size as the model dir's vocab, other words: new ids must not train old rows.
+    words = (model_dir / "vocab.txt").read_text().splitlines()
+    (tmp_path / "shuffled.txt").write_text("\n".join(words[1:] + words[:1]) + "\n")
     cases = [
         (["--train_data", str(tmp_path / "nope.jsonl")], "does not exist"),
         (["--train_data", str(tmp_path / "empty-*.tfrecord")], "matches no file"),
@@ -136,30 +153,100 @@ def test_bad_inputs_fail_with_one_line_and_touch_nothing(trained, tmp_path, corp
         (["--train_data", corpus["train"], "--set", f"data.vocab_path={tmp_path}/vocab.txt"],
          "checkpoint"),
         (["--train_data", corpus["train"], "--set", "model.hidden_dim=32"], "model.hidden_dim=16"),
+        (["--train_data", corpus["train"], "--set", f"data.vocab_path={tmp_path}/shuffled.txt"],
+         "differs from the model dir's vocab.txt"),
     ]
     for args, message in cases:
         # the module's model dir was converted to coverage by an earlier test
-        proc = train(model_dir, *args, "--set", "model.coverage=true", check=False)
-        assert proc.returncode == 2, proc.stderr[-2000:]
-        lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("pgn_tf.train: error:")]
-        assert len(lines) == 1 and message in lines[0], proc.stderr[-2000:]
-        assert "Traceback" not in proc.stderr
+        code, _, err = train_in_process(model_dir, *args, "--set", "model.coverage=true")
+        assert code == 2, err[-2000:]
+        lines = [ln for ln in err.splitlines() if ln.startswith("pgn_tf.train: error:")]
+        assert len(lines) == 1 and message in lines[0], err[-2000:]
     assert _snapshot(model_dir) == before
 
 
 def test_time_budget_and_bfloat16_mixed_precision(tmp_path, corpus):
     """train.max_minutes stops early (checkpoint and eval at the last step); bf16 compute
     trains with finite, falling losses and leaves float32 variables."""
-    import json
-
-    proc = train(tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],
-                 "--set", "train.max_steps=100000", "--set", "train.max_minutes=0.1",
-                 "--set", "train.mixed_precision=mixed_bfloat16", "--set", "train.eval_every=1000")
+    code, out, err = train_in_process(
+        tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],
+        "--set", "train.max_steps=100000", "--set", "train.max_minutes=0.1",
+        "--set", "train.mixed_precision=mixed_bfloat16", "--set", "train.eval_every=1000")
+    assert code == 0, err[-2000:]
     result = json.loads((tmp_path / "train_result.json").read_text())
-    assert 0 < result["final_step"] < 100000, proc.stdout[-2000:]
+    assert 0 < result["final_step"] < 100000, out[-2000:]
     assert np.isfinite(result["loss"]) and result["eval_loss"] < result["initial_eval_loss"]
     last = tf.train.latest_checkpoint(str(tmp_path / "ckpt"))
     assert last.endswith(f"ckpt-{result['final_step']}")
     reader = tf.train.load_checkpoint(last)
     dtypes = reader.get_variable_to_dtype_map()
     assert all(d == tf.float32 for n, d in dtypes.items() if "embeddings" in n)
+
+
+def _variables(ckpt_path):
+    reader = tf.train.load_checkpoint(ckpt_path)
+    return {n: reader.get_tensor(n) for n, _ in tf.train.list_variables(ckpt_path)
+            if n.startswith("model/")}
+
+
+def test_resume_continues_the_data_order_and_matches_an_uninterrupted_run(tmp_path, corpus):
+    """A run stopped at step 6 and resumed to 12 ends where an uninterrupted run to 12 ends:
+    same loss at step 12, same variables (the resumed input skips the batches consumed)."""
+    common = ["--train_data", corpus["train"], "--set", "train.checkpoint_every=6",
+              "--set", "train.log_every=1", "--set", "train.optimizer=adam",
+              "--set", "train.learning_rate=0.01"]
+    code, _, err = train_in_process(tmp_path / "straight", *common, "--set", "train.max_steps=12")
+    assert code == 0, err[-2000:]
+    straight = json.loads((tmp_path / "straight" / "train_result.json").read_text())
+    for steps in (6, 12):
+        code, out, err = train_in_process(tmp_path / "resumed", *common,
+                                          "--set", f"train.max_steps={steps}")
+        assert code == 0, err[-2000:]
+    assert "resumed from" in out and "(step 6)" in out
+    resumed = json.loads((tmp_path / "resumed" / "train_result.json").read_text())
+    assert resumed["final_step"] == straight["final_step"] == 12
+    np.testing.assert_allclose(resumed["loss"], straight["loss"], rtol=1e-5)
+    a = _variables(str(tmp_path / "straight" / "ckpt" / "ckpt-12"))
+    b = _variables(str(tmp_path / "resumed" / "ckpt" / "ckpt-12"))
+    assert a.keys() == b.keys()
+    for name in a:
+        np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_divergence_stops_clearly_and_never_keeps_a_non_finite_best(tmp_path, corpus):
+    """train.learning_rate=1e30: non-finite steps are skipped, then the run stops with one
+    error line naming the step; the best checkpoint and the latest stay finite."""
+    common = ["--train_data", corpus["train"], "--eval_data", corpus["validation"],
+              "--set", "train.eval_every=3", "--set", "train.checkpoint_every=3",
+              "--set", "train.eval_samples=0"]
+    code, _, err = train_in_process(tmp_path, *common, "--set", "train.max_steps=6")
+    assert code == 0, err[-2000:]
+    best = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert np.isfinite(best["value"])
+    code, _, err = train_in_process(tmp_path, *common, "--set", "train.max_steps=100",
+                                    "--set", "train.learning_rate=1e30",
+                                    "--set", "train.max_nonfinite_steps=4")
+    assert code == 2
+    line = [ln for ln in err.splitlines() if ln.startswith("pgn_tf.train: error:")]
+    assert len(line) == 1 and "diverged" in line[0] and "at step" in line[0], err[-2000:]
+    assert json.loads((tmp_path / "best" / "best.json").read_text()) == best
+    for ckpt in (tf.train.latest_checkpoint(str(tmp_path / "best")),
+                 tf.train.latest_checkpoint(str(tmp_path / "ckpt"))):
+        assert all(np.all(np.isfinite(v)) for v in _variables(ckpt).values()), ckpt
+
+
+def test_rouge_selection_and_early_stopping(tmp_path, corpus):
+    """train.select_by=rouge keeps the best validation ROUGE; with nothing to learn (rate 0)
+    the second evaluation is no better, and patience 1 stops the run there."""
+    code, out, err = train_in_process(
+        tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],
+        "--set", "train.select_by=rouge", "--set", "train.eval_rouge_examples=16",
+        "--set", "train.eval_every=2", "--set", "train.early_stop_patience=1",
+        "--set", "train.learning_rate=0", "--set", "train.max_steps=50",
+        "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=8")
+    assert code == 0, err[-2000:]
+    result = json.loads((tmp_path / "train_result.json").read_text())
+    assert result["stopped_early"] and result["final_step"] == 4, out[-2000:]
+    best = json.loads((tmp_path / "best" / "best.json").read_text())
+    assert best["metric"] == "rouge:rougeLsum" and best["step"] == 2
+    assert best["value"] == result["eval_rougeLsum"] and "eval_rouge1" in result

@@ -212,7 +212,7 @@ def make_dataset(
         tfrecord.checked_records,
         cycle_length=min(4, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=not training,
+        deterministic=True,  # a resumed run skips the batches consumed: the order must repeat
     )
     if training:
         ds = ds.shuffle(cfg.shuffle_buffer, seed=seed)

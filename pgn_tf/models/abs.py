@@ -9,6 +9,7 @@ state (ABS+ features and the extractive restriction: pgn_tf.decoding.features).
 
 from __future__ import annotations
 
+import keras
 import tensorflow as tf
 
 from pgn_tf.layers.abs_encoder import ABSEncoder
@@ -17,6 +18,7 @@ from pgn_tf.models.base import SummarizationModel
 from pgn_tf.vocab import START_ID, UNK_ID
 
 
+@keras.saving.register_keras_serializable(package="pgn_tf")
 class ABS(SummarizationModel):
     """Args: vocab_size V; hidden_dim H (paper: 400); emb_dim D (200); window C (5);
     encoder "bow" | "conv" | "attention"; smoothing Q (2); conv_layers L (3).

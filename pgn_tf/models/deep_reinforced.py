@@ -33,6 +33,7 @@ from pgn_tf.layers.tied_projection import TiedOutputProjection
 from pgn_tf.models.base import SHARED, SummarizationModel
 
 
+@keras.saving.register_keras_serializable(package="pgn_tf")
 class DeepReinforced(SummarizationModel):
     """Args:
       vocab_size V; hidden_dim H (encoder, per direction; the decoder has 2H); emb_dim E;

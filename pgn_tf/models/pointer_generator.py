@@ -21,6 +21,7 @@ from pgn_tf.layers.pointer import final_distribution
 from pgn_tf.models.base import SummarizationModel
 
 
+@keras.saving.register_keras_serializable(package="pgn_tf")
 class PointerGenerator(SummarizationModel):
     """Args:
       vocab_size: V (with the 4 special tokens); hidden_dim: H; emb_dim: E;
@@ -46,6 +47,7 @@ class PointerGenerator(SummarizationModel):
         init_mag: float = 0.02,
         init_std: float = 1e-4,
         emb_init_std: float = 0.0,
+        dropout: float = 0.0,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -58,6 +60,10 @@ class PointerGenerator(SummarizationModel):
         self.init_mag = init_mag
         self.init_std = init_std
         self.emb_init_std = emb_init_std
+        self.dropout = dropout
+        # Not in See et al.: on a small corpus the model overfits within an hour (README
+        # "Quality"); dropout on the embeddings and on o_t, in teacher-forced training only.
+        self.drop = keras.layers.Dropout(dropout, seed=5, name="dropout")
         normal = keras.initializers.TruncatedNormal(stddev=init_std, seed=3)
         emb_init = keras.initializers.TruncatedNormal(stddev=emb_init_std or init_std, seed=3)
         # One embedding for article and summary words, as in See et al.'s code.
@@ -90,6 +96,7 @@ class PointerGenerator(SummarizationModel):
             init_mag=model_cfg.rand_unif_init_mag,
             init_std=model_cfg.trunc_norm_init_std,
             emb_init_std=model_cfg.emb_init_std,
+            dropout=model_cfg.dropout,
         )
 
     def get_config(self):
@@ -103,12 +110,14 @@ class PointerGenerator(SummarizationModel):
             init_mag=self.init_mag,
             init_std=self.init_std,
             emb_init_std=self.emb_init_std,
+            dropout=self.dropout,
             name=self.name,
         )
 
     # -- encoder ---------------------------------------------------------------------------
 
-    def encode(self, enc_ids, enc_len, enc_ext_ids=None, num_oovs=None, max_dec_steps=None):
+    def encode(self, enc_ids, enc_len, enc_ext_ids=None, num_oovs=None, max_dec_steps=None,
+               training=False):
         """Runs the encoder once per article (max_dec_steps is unused: the state does not
         depend on the summary length).
 
@@ -119,7 +128,7 @@ class PointerGenerator(SummarizationModel):
         """
         enc_ids = tf.cast(enc_ids, tf.int32)
         mask = tf.sequence_mask(enc_len, tf.shape(enc_ids)[1])
-        outputs, h, c = self.encoder(self.embedding(enc_ids), mask)
+        outputs, h, c = self.encoder(self.drop(self.embedding(enc_ids), training=training), mask)
         b = tf.shape(enc_ids)[0]
         enc = {
             "outputs": outputs,
@@ -165,9 +174,10 @@ class PointerGenerator(SummarizationModel):
         Returns dict: logits float [B, T, V]; attn, coverage float [B, T, L]; p_gen_logit [B, T].
         """
         enc, state = self.encode(
-            features["enc_ids"], features["enc_len"], features.get("enc_ext_ids")
+            features["enc_ids"], features["enc_len"], features.get("enc_ext_ids"),
+            training=training,
         )
-        dec_emb = self.embed_ids(features["dec_input"])  # [B, T, E]
+        dec_emb = self.drop(self.embed_ids(features["dec_input"]), training=training)  # [B, T, E]
         steps = tf.shape(dec_emb)[1]
         dec_tm = tf.transpose(dec_emb, [1, 0, 2])  # [T, B, E]
         dtype = enc["outputs"].dtype
@@ -188,5 +198,5 @@ class PointerGenerator(SummarizationModel):
 
         out = {k: self.batch_major(ta) for k, ta in arrays.items()}
         # The vocabulary layer runs once over all steps: one [B*T, H] x [H, V] matmul.
-        out["logits"] = self.vocab_proj(out.pop("output"))
+        out["logits"] = self.vocab_proj(self.drop(out.pop("output"), training=training))
         return out

@@ -76,3 +76,14 @@ def test_trains_through_model_fit(corpus, vocab, tiny_cfg):
     assert np.all(np.isfinite(losses)) and losses[-1] < losses[0] - 0.3
     val = model.evaluate(ds.take(2), verbose=0, return_dict=True)
     assert np.isfinite(val["loss"])
+
+
+def test_dropout_acts_in_training_only(batch, vocab):
+    model = PointerGenerator(vocab.size, 8, 6, dropout=0.5)
+    plain = PointerGenerator(vocab.size, 8, 6)
+    for a, b in zip(plain.weights, model.weights):  # weights large enough to show dropout
+        b.assign(tf.random.normal(b.shape, stddev=0.3, seed=2))
+        a.assign(b)
+    inference = model(batch, training=False)["logits"].numpy()
+    np.testing.assert_allclose(inference, plain(batch, training=False)["logits"].numpy(), atol=1e-6)
+    assert not np.allclose(model(batch, training=True)["logits"].numpy(), inference, atol=1e-4)
