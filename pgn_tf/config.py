@@ -3,112 +3,161 @@
 A `Config` has four sections (`data`, `model`, `train`, `decode`). Entry points build one with
 `resolve(config_name_or_path, overrides)`; every run writes the resolved config next to its
 checkpoints (`config.json`), and later commands (evaluate, export, summarize) read it back.
+
+Each field's annotation is its contract: `Literal[...]` lists the choices, `Annotated[..., Range]`
+the bounds. `Config.validate()` checks them all (plus the rules tying fields together) and runs
+in `resolve()`, `apply_overrides()` and `load_from_model_dir()`; `--set` parses a value by the
+field's declared type and rejects a bad one at once, naming the key and what it allows.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import math
 import os
-from typing import Any
+import typing
+from typing import Annotated, Any, Literal
 
 import yaml
 
 
+@dataclasses.dataclass(frozen=True)
+class Range:
+    """The interval a number field may take, declared with it: `Annotated[int, Range(1)]`.
+
+    `Config.validate()` reads it from the type hint, so a new field states its bounds where it
+    is declared and needs no other code.
+    """
+
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False  # (min, ... instead of [min, ...
+    max_exclusive: bool = False  # ..., max) instead of ..., max]
+
+    def holds(self, value: float) -> bool:
+        if self.min is not None and (value <= self.min if self.min_exclusive else value < self.min):
+            return False
+        if self.max is not None and (value >= self.max if self.max_exclusive else value > self.max):
+            return False
+        return True
+
+    def describe(self) -> str:
+        low, high = "([" [not self.min_exclusive], ")]"[not self.max_exclusive]
+        if self.max is None:
+            return f"{'>' if self.min_exclusive else '>='} {self.min:g}"
+        if self.min is None:
+            return f"{'<' if self.max_exclusive else '<='} {self.max:g}"
+        return f"in {low}{self.min:g}, {self.max:g}{high}"
+
+
+PositiveInt = Annotated[int, Range(1)]
+NonNegativeInt = Annotated[int, Range(0)]
+PositiveFloat = Annotated[float, Range(0, min_exclusive=True)]
+NonNegativeFloat = Annotated[float, Range(0)]
+Probability = Annotated[float, Range(0, 1)]
+
+
 @dataclasses.dataclass
 class DataConfig:
-    vocab_size: int = 50_000  # includes the 4 special tokens, as in See et al.'s code
-    max_enc_steps: int = 400  # article truncated to this many tokens
-    max_dec_steps: int = 100  # summary truncated to this many tokens (training)
+    vocab_size: Annotated[int, Range(5)] = 50_000  # with the 4 special tokens, as See et al.'s code
+    max_enc_steps: PositiveInt = 400  # article truncated to this many tokens
+    max_dec_steps: PositiveInt = 100  # summary truncated to this many tokens (training)
     vocab_path: str = ""  # "" = <model_dir>/vocab.txt, built from the training data if absent
-    min_count: int = 1  # words seen fewer times are left out of a built vocab
+    min_count: PositiveInt = 1  # words seen fewer times are left out of a built vocab
     lowercase: bool = True
     replace_digits: bool = False  # Rush et al.: every digit becomes '#'
-    shuffle_buffer: int = 10_000
+    shuffle_buffer: PositiveInt = 10_000
     bucket_by_length: bool = True
 
 
 @dataclasses.dataclass
 class ModelConfig:
-    model_type: str = "pointer_generator"
-    hidden_dim: int = 256
-    emb_dim: int = 128
+    model_type: Literal["pointer_generator", "deep_reinforced", "abs"] = "pointer_generator"
+    hidden_dim: PositiveInt = 256
+    emb_dim: PositiveInt = 128
     pointer_gen: bool = True
     coverage: bool = False
-    cov_loss_wt: float = 1.0  # lambda in See et al. eq. 13
-    dropout: float = 0.0  # See et al.'s model: on embeddings and o_t in training (not in the paper)
-    rand_unif_init_mag: float = 0.02
-    trunc_norm_init_std: float = 1e-4
-    emb_init_std: float = 0.0  # stddev of the embedding init; 0 = trunc_norm_init_std
+    cov_loss_wt: NonNegativeFloat = 1.0  # lambda in See et al. eq. 13
+    # See et al.'s model: on embeddings and o_t in training (not in the paper)
+    dropout: Annotated[float, Range(0, 1, max_exclusive=True)] = 0.0
+    rand_unif_init_mag: NonNegativeFloat = 0.02
+    trunc_norm_init_std: NonNegativeFloat = 1e-4
+    emb_init_std: NonNegativeFloat = 0.0  # stddev of the embedding init; 0 = trunc_norm_init_std
     # Paulus et al. (2017), model_type = "deep_reinforced":
     intra_temporal_attention: bool = True  # eq. 3
     intra_decoder_attention: bool = True  # eq. 6-8
     shared_embedding: bool = True  # eq. 13, W_out = tanh(W_emb W_proj)
-    sample_replace_prob: float = 0.25  # appendix B: own sample as the previous token in ML
+    sample_replace_prob: Probability = 0.25  # appendix B: own sample as the previous token in ML
     # Rush et al. (2015), model_type = "abs":
-    abs_encoder: str = "attention"  # bow | conv | attention (section 3.2)
-    abs_window: int = 5  # C, the NNLM's context window
-    abs_smoothing: int = 2  # Q: attention smoothing window, conv width 2Q+1
-    abs_conv_layers: int = 3  # L, convolutional encoder
+    abs_encoder: Literal["bow", "conv", "attention"] = "attention"  # section 3.2
+    abs_window: PositiveInt = 5  # C, the NNLM's context window
+    abs_smoothing: PositiveInt = 2  # Q: attention smoothing window, conv width 2Q+1
+    abs_conv_layers: PositiveInt = 3  # L, convolutional encoder
 
 
 @dataclasses.dataclass
 class TrainConfig:
-    batch_size: int = 16  # global batch size, split across replicas
-    max_steps: int = 10_000
-    max_minutes: float = 0.0  # > 0: also stop (checkpoint, eval) once training ran this long
-    checkpoint_every: int = 500
-    eval_every: int = 500
-    eval_batches: int = 50  # eval loss is averaged over at most this many batches
-    eval_samples: int = 3  # decoded validation samples + attention maps in TensorBoard per eval
-    log_every: int = 50
-    keep_checkpoints: int = 3
-    optimizer: str = "adagrad"
-    learning_rate: float = 0.15
-    adagrad_init_acc: float = 0.1
+    batch_size: PositiveInt = 16  # global batch size, split across replicas
+    max_steps: NonNegativeInt = 10_000
+    # > 0: also stop (checkpoint, eval) once training ran this long
+    max_minutes: NonNegativeFloat = 0.0
+    checkpoint_every: PositiveInt = 500
+    eval_every: PositiveInt = 500
+    eval_batches: PositiveInt = 50  # eval loss is averaged over at most this many batches
+    # decoded validation samples + attention maps in TensorBoard per eval
+    eval_samples: NonNegativeInt = 3
+    log_every: PositiveInt = 50
+    keep_checkpoints: PositiveInt = 3
+    optimizer: Literal["adagrad", "adam", "sgd"] = "adagrad"
+    learning_rate: PositiveFloat = 0.15
+    adagrad_init_acc: NonNegativeFloat = 0.1
     max_grad_norm: float = 2.0  # global-norm clipping; <= 0 turns it off
     # The learning rate over a phase: "constant", or "cosine" down to lr_min_ratio x it over the
     # budget (train.max_minutes if set, else max_steps), after warmup_steps of linear warm-up.
-    lr_schedule: str = "constant"
-    lr_min_ratio: float = 0.1
-    warmup_steps: int = 0
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    lr_min_ratio: Probability = 0.1
+    warmup_steps: NonNegativeInt = 0
     # Rush et al. (2015) section 7: halve the learning rate when validation NLL does not improve,
     # checked at each "eval" or at each "epoch"'s end ("none": never).
-    lr_halving: str = "none"
+    lr_halving: Literal["none", "eval", "epoch"] = "none"
     # The training objective (pgn_tf.objectives): "ml" (teacher forcing), "mixed" (Paulus et al.
     # eq. 16) or "rl" (eq. 15). Changing it in a model dir starts a new phase (fresh optimizer).
-    objective: str = "ml"
-    nll_reduction: str = "mean"  # per example: "mean" over tokens (See eq. 7) or "sum" (eq. 14)
+    objective: Literal["ml", "mixed", "rl"] = "ml"
+    # per example: "mean" over tokens (See eq. 7) or "sum" (eq. 14)
+    nll_reduction: Literal["mean", "sum"] = "mean"
     pointer_supervision: bool = False  # Paulus et al.: u_t = 1 supervised for copied OOVs
-    rl_gamma: float = 0.9984  # gamma of eq. 16
-    rl_learning_rate: float = 1e-4  # the learning rate of the mixed / rl phases
+    rl_gamma: Probability = 0.9984  # gamma of eq. 16
+    rl_learning_rate: PositiveFloat = 1e-4  # the learning rate of the mixed / rl phases
     # A new phase (coverage conversion, new objective) starts from the previous phase's "best"
     # checkpoint, or its "latest".
-    convert_from: str = "best"
+    convert_from: Literal["best", "latest"] = "best"
     # The best checkpoint: lowest eval "loss", or highest validation "rouge" (select_rouge of
     # the first eval_rouge_examples validation articles, decoded with the decode config). Phases
     # with a policy-gradient objective always select by ROUGE.
-    select_by: str = "loss"
-    select_rouge: str = "rougeLsum"
-    eval_rouge_examples: int = 500
-    early_stop_patience: int = 0  # > 0: stop after this many evals without a better best
-    max_nonfinite_steps: int = 20  # stop (an error) after this many non-finite steps in a row
+    select_by: Literal["loss", "rouge"] = "loss"
+    select_rouge: Literal["rouge1", "rouge2", "rougeLsum"] = "rougeLsum"
+    eval_rouge_examples: PositiveInt = 500
+    early_stop_patience: NonNegativeInt = 0  # > 0: stop after this many evals without a better best
+    # stop (an error) after this many non-finite steps in a row
+    max_nonfinite_steps: PositiveInt = 20
     seed: int = 1234
     # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
     # variables and float32 losses (bf16 needs no loss scaling). README "Performance" has the
     # figures that decided the default.
-    mixed_precision: str = ""
+    mixed_precision: Literal["", "mixed_bfloat16"] = ""
 
 
 @dataclasses.dataclass
 class DecodeConfig:
-    beam_size: int = 4
-    min_dec_steps: int = 35
-    max_dec_steps: int = 120
-    length_penalty: float = 0.0  # 0 = average log-prob (See et al.); >0 = GNMT alpha
+    beam_size: PositiveInt = 4
+    min_dec_steps: NonNegativeInt = 35
+    max_dec_steps: PositiveInt = 120
+    length_penalty: NonNegativeFloat = 0.0  # 0 = average log-prob (See et al.); >0 = GNMT alpha
     block_trigrams: bool = False
     avoid_unk: bool = False
-    batch_size: int = 32
+    batch_size: PositiveInt = 32
     # Rush et al. (2015) section 5, ABS+: weights of [log p, unigram, bigram, trigram match with
     # the article, reordering], comma-separated ("" = plain log p); pgn_tf.tune finds them.
     abs_plus_weights: str = ""
@@ -134,6 +183,27 @@ class Config:
             for key, value in values.items():
                 _set(cfg, f"{section}.{key}", value)
         return cfg
+
+    def validate(self) -> Config:
+        """Checks every value against its field's declared type, then the rules that tie fields
+        together; raises ValueError naming the key, what it allows and what it got.
+
+        Types come from the annotations: bool, int, float (an int is accepted; NaN and inf are
+        not), str, `Literal[...]` (the choices) and `Annotated[..., Range(...)]` (the bounds), so
+        a new field is checked as soon as it is declared. Returns self.
+        """
+        for section in dataclasses.fields(self):
+            value = getattr(self, section.name)
+            if type(value) is not _hints(Config)[section.name]:
+                raise ValueError(f"config section '{section.name}' must be a "
+                                 f"{_hints(Config)[section.name].__name__}, got {value!r}")
+            for key, hint in _hints(type(value)).items():
+                _checked(f"{section.name}.{key}", hint, getattr(value, key))
+        d = self.decode
+        if d.min_dec_steps > d.max_dec_steps:
+            raise ValueError(_bad("decode.min_dec_steps",
+                                  f"<= decode.max_dec_steps ({d.max_dec_steps})", d.min_dec_steps))
+        return self
 
     def save(self, path: str) -> None:
         tmp = path + ".tmp"
@@ -310,43 +380,86 @@ PRESETS = {
 }
 
 
-def _parse_value(text: str, current: Any) -> Any:
-    if isinstance(current, bool):
+_KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+
+
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    """A dataclass's field types, Annotated extras kept (its annotations are strings here)."""
+    return typing.get_type_hints(cls, include_extras=True)
+
+
+def _spec(hint: Any) -> tuple[type, tuple | None, Range | None]:
+    """A field's type hint -> (base type, Literal choices or None, Range or None)."""
+    rng = None
+    if typing.get_origin(hint) is Annotated:
+        hint, *extras = typing.get_args(hint)
+        rng = next((e for e in extras if isinstance(e, Range)), None)
+    choices = None
+    if typing.get_origin(hint) is Literal:
+        choices = typing.get_args(hint)
+        hint = type(choices[0])
+    if hint not in _KINDS:
+        raise TypeError(f"config fields are bool, int, float, str or a Literal of one, "
+                        f"optionally Annotated with a Range; got {hint!r}")
+    return hint, choices, rng
+
+
+def _bad(key: str, expected: str, got: Any) -> str:
+    return f"bad value for '{key}': expected {expected}, got {got!r}"
+
+
+def _checked(key: str, hint: Any, value: Any) -> Any:
+    """value if it fits the declared type (an int given for a float field becomes a float)."""
+    base, choices, rng = _spec(hint)
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, base) or (base is not bool and isinstance(value, bool)):
+        raise ValueError(_bad(key, _KINDS[base], value))
+    if base is float and not math.isfinite(value):
+        raise ValueError(_bad(key, "a finite number", value))
+    if choices is not None and value not in choices:
+        raise ValueError(_bad(key, "one of " + ", ".join(repr(c) for c in choices), value))
+    if rng is not None and not rng.holds(value):
+        raise ValueError(_bad(key, rng.describe(), value))
+    return value
+
+
+def _parse_value(text: str, base: type) -> Any:
+    """A `--set` string -> a value of the field's declared base type."""
+    if base is bool:
         low = text.strip().lower()
         if low in ("1", "true", "yes", "on"):
             return True
         if low in ("0", "false", "no", "off"):
             return False
-        raise ValueError(f"expected a boolean, got '{text}'")
-    if isinstance(current, int):
-        return int(text)
-    if isinstance(current, float):
-        return float(text)
-    return text
+        raise ValueError("a boolean (true/false)")
+    try:
+        return base(text)
+    except ValueError:
+        raise ValueError(_KINDS[base]) from None
 
 
 def _set(cfg: Config, dotted: str, value: Any) -> None:
+    """Sets one key, type-checked against the field's declared type (strings from `--set` and
+    YAML are parsed to it first); raises ValueError naming the key."""
     section_name, _, key = dotted.partition(".")
     section = getattr(cfg, section_name, None)
     if section is None or not dataclasses.is_dataclass(section) or not key:
         sections = ", ".join(f.name for f in dataclasses.fields(Config))
         raise ValueError(f"unknown config key '{dotted}' (sections: {sections})")
-    fields = {f.name: f for f in dataclasses.fields(section)}
-    if key not in fields:
+    hints = _hints(type(section))
+    if key not in hints:
         raise ValueError(
-            f"unknown config key '{dotted}'; {section_name} has: {', '.join(sorted(fields))}"
+            f"unknown config key '{dotted}'; {section_name} has: {', '.join(sorted(hints))}"
         )
-    # The field's declared default gives the type (a preset may hold 60 where 60.0 is meant).
-    default = fields[key].default
-    current = getattr(section, key) if default is dataclasses.MISSING else default
-    if isinstance(value, str) and not isinstance(current, str):
+    base, _, _ = _spec(hints[key])
+    if isinstance(value, str) and base is not str:
         try:
-            value = _parse_value(value, current)
+            value = _parse_value(value, base)
         except ValueError as e:
-            raise ValueError(f"bad value for '{dotted}': {e}") from None
-    elif isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    setattr(section, key, value)
+            raise ValueError(_bad(dotted, str(e), value)) from None
+    setattr(section, key, _checked(dotted, hints[key], value))
 
 
 def load(name_or_path: str) -> Config:
@@ -371,16 +484,17 @@ def load(name_or_path: str) -> Config:
 
 
 def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
-    """Applies `section.key=value` strings in order."""
+    """Applies `section.key=value` strings in order, then validates the result."""
     for item in overrides or []:
         if "=" not in item:
             raise ValueError(f"--set expects section.key=value, got '{item}'")
         key, value = item.split("=", 1)
         _set(cfg, key.strip(), value.strip())
-    return cfg
+    return cfg.validate()
 
 
 def resolve(name_or_path: str | None, overrides: list[str] | None = None) -> Config:
+    """A preset or file with `--set` overrides applied, validated (Config.validate)."""
     cfg = load(name_or_path) if name_or_path else Config()
     return apply_overrides(cfg, overrides)
 
@@ -400,4 +514,4 @@ def load_from_model_dir(model_dir: str) -> Config:
     if not os.path.exists(path):
         raise FileNotFoundError(f"{model_dir} has no config.json: is it a pgn_tf model dir?")
     with open(path) as f:
-        return Config.from_dict(json.load(f))
+        return Config.from_dict(json.load(f)).validate()

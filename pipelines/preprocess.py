@@ -8,7 +8,8 @@ An Apache Beam pipeline, so a corpus too large for one machine runs unchanged on
 runner (Dataflow, Flink, Spark); here it runs on the DirectRunner. Files are read and written
 through Beam's file systems (local paths, gs://, s3://, hdfs://), nothing is assumed local.
 
-    read (jsonl | story | see_bin | tfds | parallel)   malformed records counted, never fatal
+    read (jsonl | story | see_bin | tfds | parallel)   malformed records counted, never fatal;
+                                                 a damaged gzip keeps the lines before the damage
       -> tokenize (pgn_tf.text.tokenize, the model's own tokenizer, batched)
       -> drop empty articles / summaries        counted
       -> dedupe by the hash of the tokenized article (one record kept per article: lowest id)
@@ -23,6 +24,7 @@ Every count comes from Beam metrics, so the summary is the same on any runner.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import sys
@@ -30,6 +32,7 @@ import time
 
 import apache_beam as beam
 from apache_beam.io import fileio
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -71,6 +74,22 @@ def _parse_jsonl_line(raw: bytes):
         yield ex
 
 
+def _parse_jsonl_file(readable):
+    """A whole (gzipped) JSONL file: jsonl.lines notices a truncated or corrupt gzip, which
+    Beam's text source reads to the cut without a word. Ids as _parse_jsonl_line gives them."""
+    from pgn_tf.data import jsonl
+
+    stats = ReadStats()
+    with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as raw:
+        f = gzip.GzipFile(fileobj=raw) if readable.metadata.path.endswith(".gz") else raw
+        for _, line in jsonl.lines(f, readable.metadata.path, stats):
+            line = line.rstrip(b"\r\n")  # as the text source strips it
+            ex = jsonl.parse_line(line, "sha1:" + hashlib.sha1(line).hexdigest()[:16], stats)
+            if ex is not None:
+                yield ex
+    _report(stats)
+
+
 def _parse_story(readable) -> list[Example]:
     from pgn_tf.data import stories
 
@@ -106,6 +125,35 @@ def _read_parallel(spec: str):
     _report(stats)
 
 
+def file_patterns(input_path: str, fmt: str) -> list[str]:
+    """The file patterns an --input of a format reads (Beam FileSystems syntax)."""
+    if fmt == "story" and not any(c in input_path for c in "*?[") and not input_path.endswith(
+        ".story"
+    ):
+        return [input_path.rstrip("/") + "/*.story"]  # a directory of stories
+    if fmt == "tfds":
+        return [FileSystems.join(input_path.split(":")[0], "**")]  # the prepared dataset's files
+    if fmt == "parallel":
+        from pgn_tf.data import parallel
+
+        return list(parallel.split_spec(input_path))
+    return [input_path]
+
+
+def data_fingerprint(input_path: str, fmt: str) -> dict:
+    """What the input data is, without reading it: every matched file's path, size and
+    modification time (as make and rsync judge change), hashed. A file added, removed, replaced
+    or rewritten changes the digest, so a pipeline step reading it runs again."""
+    digest = hashlib.sha1()
+    files = total = 0
+    for result in FileSystems.match(file_patterns(input_path, fmt)):
+        for m in sorted(result.metadata_list, key=lambda m: m.path):
+            digest.update(f"{m.path}\0{m.size_in_bytes}\0{m.last_updated_in_seconds}\n".encode())
+            files += 1
+            total += m.size_in_bytes
+    return {"files": files, "bytes": total, "sha1": digest.hexdigest()}
+
+
 class Read(beam.PTransform):
     """PBegin -> PCollection[Example] for one input format.
 
@@ -119,19 +167,26 @@ class Read(beam.PTransform):
 
     def expand(self, pbegin):
         if self.fmt == "jsonl":
-            return (
+            # Uncompressed files through the text source, which splits a large file across
+            # workers; gzipped ones (never split) whole, so a damaged one is noticed and named.
+            gz, plain = (
                 pbegin
-                | beam.io.ReadFromText(self.input_path, coder=beam.coders.BytesCoder())
-                | beam.FlatMap(_parse_jsonl_line)
+                | "MatchJsonl" >> fileio.MatchFiles(self.input_path)
+                | "GzOrNot" >> beam.Partition(
+                    lambda m, _: 0 if m.path.endswith(".gz") else 1, 2)
             )
+            from_gz = gz | fileio.ReadMatches() | "ParseGz" >> beam.FlatMap(_parse_jsonl_file)
+            from_text = (
+                plain
+                | beam.Map(lambda m: m.path)
+                | beam.io.ReadAllFromText(coder=beam.coders.BytesCoder())
+                | "ParseLines" >> beam.FlatMap(_parse_jsonl_line)
+            )
+            return (from_gz, from_text) | "AllJsonl" >> beam.Flatten()
         if self.fmt in ("tfds", "parallel"):  # one reader: the files must stay in step
             read = _read_tfds if self.fmt == "tfds" else _read_parallel
             return pbegin | beam.Create([self.input_path]) | beam.FlatMap(read)
-        pattern = self.input_path
-        if self.fmt == "story" and not any(c in pattern for c in "*?[") and not pattern.endswith(
-            ".story"
-        ):
-            pattern = pattern.rstrip("/") + "/*.story"  # a directory of stories
+        pattern = file_patterns(self.input_path, self.fmt)[0]
         files = pbegin | fileio.MatchFiles(pattern) | fileio.ReadMatches()
         parse = _parse_story if self.fmt == "story" else _parse_see_bin
         return files | beam.FlatMap(parse)

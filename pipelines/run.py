@@ -12,7 +12,17 @@ mid-way continues where it stopped (training resumes from its last checkpoint).
             A completed bless is not redone when a newer version appears later: a new run_dir
             (or deleting <run_dir>/bless) compares again.
     push    copies the export to <serving_base>/<next version>/: written under a dot-name (which
-            TF Serving and serving.server ignore), then renamed, so no server loads half a model.
+            TF Serving and serving.server ignore), fsynced, then renamed, so no server loads half
+            a model. The copy carries assets.extra/pushed_by.json (the push step's fingerprint):
+            a run killed after the rename but before the step completed finds its version on
+            the next run instead of pushing a duplicate.
+
+One run at a time per run_dir: `<run_dir>/.lock` (pgn_tf.dirlock) refuses a second one with the
+holder's pid; a killed run's lock is taken over. A step's fingerprint covers its config and,
+for preprocess, the input data itself (each input file's path, size and modification time), so
+new or changed data is preprocessed again and everything after it re-runs. At start, what a
+killed run left half-written is removed: temporary files and dirs under run_dir, and
+`.push-*` copies in serving_base whose process is gone.
 
 Config (YAML; `--set section.key=value` overrides a scalar):
 
@@ -33,11 +43,14 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 import time
 
 import yaml
 
+from pgn_tf import durable
+from pgn_tf.dirlock import DirLock, process_alive
 from pgn_tf.errors import UserError, run_cli
 
 DEFAULTS = {
@@ -50,6 +63,7 @@ DEFAULTS = {
     "push": {"serving_base": None},
 }
 COMPLETE = "_COMPLETE.json"
+PUSHED_BY = os.path.join("assets.extra", "pushed_by.json")  # in a pushed version dir
 
 
 # -- config ---------------------------------------------------------------------------------
@@ -98,11 +112,17 @@ def fingerprint(inputs: dict) -> str:
     return hashlib.sha1(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _changed_keys(old: dict, new: dict) -> list[str]:
+    norm = lambda v: json.dumps(v, sort_keys=True, default=str)  # noqa: E731
+    return sorted(k for k in set(old) | set(new) if norm(old.get(k)) != norm(new.get(k)))
+
+
 def run_step(run_dir: str, name: str, fn, inputs: dict, resumable: bool = False) -> dict:
     """Runs fn(inputs, out_dir) unless a completed run with the same inputs is on disk.
 
     A step whose inputs changed starts again from a clean dir; one that did not complete does
-    too, except a resumable one (training), which continues from its last checkpoint."""
+    too, except a resumable one (training), which continues from its last checkpoint. The
+    step's files are fsynced before `_COMPLETE.json` says they are there."""
     out_dir = os.path.join(run_dir, name)
     marker = os.path.join(out_dir, COMPLETE)
     fp = fingerprint(inputs)
@@ -112,7 +132,9 @@ def run_step(run_dir: str, name: str, fn, inputs: dict, resumable: bool = False)
         if done["fingerprint"] == fp:
             print(f"[pipelines.run] {name}: done earlier, skipped", flush=True)
             return done["outputs"]
-        print(f"[pipelines.run] {name}: inputs changed, running again from scratch", flush=True)
+        changed = ", ".join({"after": "an earlier step"}.get(k, k)
+                            for k in _changed_keys(done.get("inputs", {}), inputs)) or "inputs"
+        print(f"[pipelines.run] {name}: {changed} changed, running again from scratch", flush=True)
         shutil.rmtree(out_dir)
     elif os.path.isdir(out_dir) and not resumable:
         shutil.rmtree(out_dir)  # a step that did not complete
@@ -123,10 +145,14 @@ def run_step(run_dir: str, name: str, fn, inputs: dict, resumable: bool = False)
     outputs = dict(fn(inputs, out_dir), fingerprint=fp)
     record = {"fingerprint": fp, "inputs": inputs, "outputs": outputs,
               "seconds": round(time.perf_counter() - t0, 2)}
-    with open(marker + ".tmp", "w") as f:
-        json.dump(record, f, indent=2, default=str)
-    os.replace(marker + ".tmp", marker)
+    durable.fsync_tree(out_dir)
+    write_marker(marker, record)
     return outputs
+
+
+def write_marker(path: str, record: dict) -> None:
+    """The step's `_COMPLETE.json`: written last, atomically; its presence means done."""
+    durable.write_json(path, record, indent=2, default=str)
 
 
 # -- the steps ------------------------------------------------------------------------------
@@ -242,46 +268,151 @@ def bless_step(inputs: dict, out_dir: str) -> dict:
     return verdict
 
 
-def push(saved_model: str, serving_base: str) -> tuple[int, str]:
-    """Copies a SavedModel to serving_base/<highest + 1>/ atomically (copy under a dot-name
-    on the same file system, then rename)."""
-    os.makedirs(serving_base, exist_ok=True)
-    tmp = os.path.join(serving_base, f".push-{os.getpid()}-{int(time.time() * 1000)}")
-    shutil.copytree(saved_model, tmp)
-    while True:  # another pusher may take a number first; rename never overwrites a dir
-        versions = served_versions(serving_base)
-        version = (versions[-1] + 1) if versions else 1
-        final = os.path.join(serving_base, str(version))
+def pushed_version(serving_base: str, push_id: str) -> int | None:
+    """The version a push with this id already published, if any (read from each version's
+    assets.extra/pushed_by.json)."""
+    for version in reversed(served_versions(serving_base)):
         try:
-            os.rename(tmp, final)
-            return version, final
-        except OSError:
-            if not os.path.exists(final):
-                shutil.rmtree(tmp, ignore_errors=True)
-                raise
+            with open(os.path.join(serving_base, str(version), PUSHED_BY)) as f:
+                if json.load(f).get("push_id") == push_id:
+                    return version
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def push(saved_model: str, serving_base: str, push_id: str) -> tuple[int, str, bool]:
+    """Publishes a SavedModel as serving_base/<highest + 1>/, once per push_id.
+
+    Copied under a dot-name on the same file system, marked with push_id, fsynced, then
+    renamed (atomic) and the directory fsynced. If a version already carries push_id (an
+    earlier attempt was killed after its rename), that version is returned instead.
+    Returns (version, path, already pushed)."""
+    os.makedirs(serving_base, exist_ok=True)
+    done = pushed_version(serving_base, push_id)
+    if done is not None:
+        return done, os.path.join(serving_base, str(done)), True
+    # .push-<pid>-<ms>-<host>: clean_leftovers removes it once that process is gone.
+    tmp = os.path.join(serving_base, f".push-{os.getpid()}-{int(time.time() * 1000)}-"
+                                     f"{socket.gethostname()}")
+    try:
+        shutil.copytree(saved_model, tmp)
+        os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
+        with open(os.path.join(tmp, PUSHED_BY), "w") as f:
+            json.dump({"push_id": push_id, "saved_model": os.path.abspath(saved_model),
+                       "pid": os.getpid(), "host": socket.gethostname(),
+                       "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}, f, indent=2)
+        durable.fsync_tree(tmp)
+        while True:  # another pusher may take a number first; rename never overwrites a dir
+            versions = served_versions(serving_base)
+            version = (versions[-1] + 1) if versions else 1
+            final = os.path.join(serving_base, str(version))
+            try:
+                publish(tmp, final)
+            except OSError:
+                if not os.path.exists(final):
+                    raise
+                continue
+            durable.fsync_dir(serving_base)
+            return version, final, False
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # gone after a rename; a failed copy's remains
+
+
+def publish(tmp: str, final: str) -> None:
+    """The rename that makes a pushed version visible to servers."""
+    os.rename(tmp, final)
 
 
 def push_step(inputs: dict, out_dir: str) -> dict:
     if not inputs["blessed"]:
         print("[pipelines.run] push: not blessed, nothing pushed", flush=True)
         return {"pushed": False}
-    version, path = push(inputs["saved_model"], inputs["serving_base"])
-    print(f"[pipelines.run] push: version {version} -> {path}", flush=True)
+    version, path, already = push(inputs["saved_model"], inputs["serving_base"],
+                                  fingerprint(inputs))
+    if already:
+        print(f"[pipelines.run] push: version {version} -> {path} (pushed by an earlier, "
+              f"interrupted run of this step; not pushed again)", flush=True)
+    else:
+        print(f"[pipelines.run] push: version {version} -> {path}", flush=True)
     return {"pushed": True, "version": version, "path": path}
+
+
+def clean_leftovers(run_dir: str, serving_base: str) -> list[str]:
+    """Removes what a killed run left half-written; returns the paths removed.
+
+    Under run_dir (which this process has locked, so every temporary there is a leftover):
+    `.tmp-*` / `.push-*` entries and `*.tmp` files. In serving_base, which other pipelines may
+    share: `.push-<pid>-<ms>-<host>` copies whose process is gone."""
+    removed = []
+
+    def remove(path: str) -> None:
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            os.remove(path)
+        removed.append(path)
+
+    shared = os.path.abspath(serving_base)
+    for dirpath, dirnames, filenames in os.walk(run_dir):
+        if os.path.abspath(dirpath) == shared:
+            dirnames.clear()  # a serving_base inside run_dir is shared: handled below
+            continue
+        for name in list(dirnames):
+            if name.startswith((".tmp-", ".push-")):
+                remove(os.path.join(dirpath, name))
+                dirnames.remove(name)
+        for name in filenames:
+            if name.startswith((".tmp-", ".push-")) or name.endswith(".tmp"):
+                remove(os.path.join(dirpath, name))
+    if os.path.isdir(serving_base):
+        for name in os.listdir(serving_base):
+            if not name.startswith(".push-"):
+                continue
+            pid, _, rest = name[len(".push-"):].partition("-")
+            host = rest.partition("-")[2] or None  # absent in names written before the host was
+            if pid.isdecimal() and not process_alive(int(pid), host):
+                remove(os.path.join(serving_base, name))
+    return removed
 
 
 def run(cfg: dict) -> dict:
     """Runs the flow; returns every step's outputs."""
     run_dir = cfg["run_dir"]
-    os.makedirs(run_dir, exist_ok=True)
-    with open(os.path.join(run_dir, "pipeline.json"), "w") as f:
-        json.dump(cfg, f, indent=2)
+    with DirLock(run_dir, what="pipeline run dir"):
+        removed = clean_leftovers(run_dir, cfg["push"]["serving_base"])
+        if removed:
+            print(f"[pipelines.run] removed {len(removed)} leftover(s) of an interrupted run: "
+                  f"{', '.join(removed)}", flush=True)
+        durable.write_json(os.path.join(run_dir, "pipeline.json"), cfg, indent=2)
+        return run_steps(cfg)
+
+
+def preprocess_inputs(pre_cfg: dict) -> dict:
+    """The preprocess step's inputs: its config and the fingerprint of the data it reads."""
+    from pipelines import preprocess
+
+    return dict(pre_cfg, data=preprocess.data_fingerprint(pre_cfg["input"], pre_cfg["format"]))
+
+
+def train_inputs(train_cfg: dict) -> dict:
+    """The train step's config; a config given as a file is fingerprinted by its content."""
+    inputs = dict(train_cfg)
+    if os.path.isfile(train_cfg["config"]):
+        with open(train_cfg["config"], "rb") as f:
+            inputs["config_sha1"] = hashlib.sha1(f.read()).hexdigest()
+    return inputs
+
+
+def run_steps(cfg: dict) -> dict:
+    run_dir = cfg["run_dir"]
     pre_cfg, ev_cfg = cfg["preprocess"], cfg["evaluate"]
-    out = {"preprocess": run_step(run_dir, "preprocess", preprocess_step, dict(pre_cfg))}
+    out = {"preprocess": run_step(run_dir, "preprocess", preprocess_step,
+                                  preprocess_inputs(pre_cfg))}
     data = out["preprocess"]
     out["train"] = run_step(run_dir, "train", train_step, {
         "after": data["fingerprint"], "train": data["train"], "validation": data["validation"],
-        "vocab": data["vocab"], "vocab_size": pre_cfg["vocab_size"], **cfg["train"],
+        "vocab": data["vocab"], "vocab_size": pre_cfg["vocab_size"], **train_inputs(cfg["train"]),
     }, resumable=True)
     out["export"] = run_step(run_dir, "export", export_step, {
         "after": out["train"]["fingerprint"], "model_dir": out["train"]["model_dir"]})

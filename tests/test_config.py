@@ -63,3 +63,119 @@ def test_set_parses_by_the_fields_type_not_the_presets_value():
 
     cfg = config.resolve("debian_pgn", ["train.max_minutes=0.5"])  # the preset holds an int
     assert cfg.train.max_minutes == 0.5
+
+
+@pytest.mark.parametrize("name", sorted(config.PRESETS))
+def test_every_preset_validates(name):
+    assert config.PRESETS[name]().validate() is not None
+
+
+CHOICES = {"model.model_type": ("pointer_generator", "deep_reinforced", "abs"),
+           "model.abs_encoder": ("bow", "conv", "attention"),
+           "train.optimizer": ("adagrad", "adam", "sgd"),
+           "train.objective": ("ml", "mixed", "rl"),
+           "train.mixed_precision": ("", "mixed_bfloat16")}
+
+
+@pytest.mark.parametrize("key", sorted(CHOICES))
+def test_literal_fields_take_their_choices_and_reject_others(key):
+    for choice in CHOICES[key]:
+        section, field = key.split(".")
+        assert getattr(getattr(config.resolve("tiny", [f"{key}={choice}"]), section), field) == choice
+    with pytest.raises(ValueError) as e:
+        config.resolve("tiny", [f"{key}=nope"])
+    assert str(e.value).startswith(f"bad value for '{key}': expected one of ")
+    assert all(repr(c) in str(e.value) for c in CHOICES[key]) and "got 'nope'" in str(e.value)
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("train.batch_size=0", ">= 1"),
+    ("decode.beam_size=-2", ">= 1"),
+    ("data.vocab_size=4", ">= 5"),
+    ("train.learning_rate=0", "> 0"),
+    ("train.learning_rate=inf", "a finite number"),
+    ("model.cov_loss_wt=nan", "a finite number"),
+    ("model.sample_replace_prob=1.01", "in [0, 1]"),
+    ("model.dropout=1", "in [0, 1)"),
+    ("train.rl_gamma=-0.5", "in [0, 1]"),
+    ("decode.min_dec_steps=-1", ">= 0"),
+    ("train.max_minutes=-1", ">= 0"),
+    ("data.max_enc_steps=1.5", "an integer"),
+    ("train.max_steps=ten", "an integer"),
+    ("train.learning_rate=fast", "a number"),
+])
+def test_set_rejects_out_of_range_or_mistyped_values(override, expected):
+    key = override.split("=")[0]
+    with pytest.raises(ValueError, match=f"^bad value for '{key}': expected ") as e:
+        config.resolve("see2017_pgn", [override])
+    assert expected in str(e.value)
+
+
+def test_validate_checks_fields_set_in_code_and_cross_field_rules():
+    cfg = config.tiny()
+    cfg.decode.min_dec_steps, cfg.decode.max_dec_steps = 10, 5
+    with pytest.raises(ValueError, match=r"'decode.min_dec_steps': expected <= decode.max_dec_"):
+        cfg.validate()
+    cfg = config.tiny()
+    cfg.train.keep_checkpoints = True  # a bool is not an int here
+    with pytest.raises(ValueError, match="'train.keep_checkpoints': expected an integer"):
+        cfg.validate()
+    cfg = config.tiny()
+    cfg.model.coverage = 1
+    with pytest.raises(ValueError, match="'model.coverage': expected a boolean"):
+        cfg.validate()
+    cfg = config.tiny()
+    cfg.train.optimizer = "Adam"
+    with pytest.raises(ValueError, match="'train.optimizer': expected one of 'adagrad'"):
+        cfg.validate()
+    # min == max is allowed, and a float field takes an int
+    cfg = config.tiny()
+    cfg.decode.min_dec_steps = cfg.decode.max_dec_steps
+    cfg.train.learning_rate = 1
+    assert cfg.validate() is cfg
+
+
+def test_files_and_model_dirs_are_validated(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  optimizer: rmsprop\n")
+    with pytest.raises(ValueError, match="'train.optimizer': expected one of"):
+        config.load(str(path))
+    path.write_text("model:\n  hidden_dim: [64]\n")
+    with pytest.raises(ValueError, match="'model.hidden_dim': expected an integer, got \\[64\\]"):
+        config.load(str(path))
+    cfg = config.tiny().to_dict()
+    cfg["decode"]["beam_size"] = 0
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="'decode.beam_size': expected >= 1, got 0"):
+        config.load_from_model_dir(str(tmp_path))
+    cfg["decode"]["beam_size"], cfg["decode"]["min_dec_steps"] = 4, 500
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="decode.min_dec_steps"):
+        config.load_from_model_dir(str(tmp_path))
+
+
+def test_overrides_on_a_loaded_config_are_validated_together():
+    cfg = config.tiny()  # decode: 3..30
+    # Applied in order and checked once at the end, so raising both bounds in one call works.
+    config.apply_overrides(cfg, ["decode.min_dec_steps=40", "decode.max_dec_steps=50"])
+    assert (cfg.decode.min_dec_steps, cfg.decode.max_dec_steps) == (40, 50)
+    with pytest.raises(ValueError, match="decode.min_dec_steps"):
+        config.apply_overrides(cfg, ["decode.max_dec_steps=20"])
+
+
+def test_a_new_field_is_checked_from_its_declaration_alone():
+    import dataclasses
+    from typing import Annotated, Literal
+
+    @dataclasses.dataclass
+    class Extra:
+        mode: Literal["a", "b"] = "a"
+        rate: Annotated[float, config.Range(0, 1)] = 0.5
+
+    hints = config._hints(Extra)
+    assert config._checked("x.mode", hints["mode"], "b") == "b"
+    assert config._checked("x.rate", hints["rate"], 1) == 1.0
+    with pytest.raises(ValueError, match="'x.mode': expected one of 'a', 'b', got 'c'"):
+        config._checked("x.mode", hints["mode"], "c")
+    with pytest.raises(ValueError, match=r"'x.rate': expected in \[0, 1\], got 2.0"):
+        config._checked("x.rate", hints["rate"], 2.0)

@@ -76,7 +76,8 @@ def read_examples(path: str, fmt: str, stats: ReadStats):
 def resolve_files(path: str, cache_dir: str, fmt: str | None = None) -> list[str]:
     """TFRecord files for a data path of any format.
 
-    TFRecords (a file or glob) are used in place and validated; other formats are converted
+    TFRecords (a file or glob) are used in place, their first records checked (the rest are
+    checked as they are read, tfrecord.checked_records); other formats are converted
     once into `cache_dir` (keyed by the source's name, size and mtime) and reused after.
     Raises ValueError naming the path when it is missing, empty or unreadable.
     """
@@ -87,8 +88,7 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None) -> list[str
         files = sorted(tf.io.gfile.glob(path))
         if not files:
             raise ValueError(f"data path {path} matches no file")
-        n = tfrecord.validate_tfrecords(files)
-        if n == 0:
+        if tfrecord.check_tfrecords(files) == 0:  # later records: checked as they are read
             raise ValueError(f"data path {path} holds no records")
         return files
     src = path[len("tfds:") :].split(":")[0] if fmt == "tfds" else path.split(",")[0]
@@ -196,13 +196,20 @@ def make_dataset(
     drop_empty: bool | None = None,
 ) -> tf.data.Dataset:
     """Batches of features (module docstring). Training: shuffled, repeated forever, bucketed by
-    article length; evaluation: one pass in file order, every example kept."""
+    article length; evaluation: one pass in file order, every example kept.
+
+    Every record is CRC-checked as it is read: a corrupt one raises an InvalidArgumentError
+    that tfrecord.read_error turns into "data file F has a corrupt or truncated record at byte
+    offset N ...". Raises ValueError at once when training data holds no usable example."""
     drop_empty = training if drop_empty is None else drop_empty
-    ds = tf.data.Dataset.from_tensor_slices(files)
+    if training and drop_empty:
+        require_usable_example(files, cfg)
+    # (file, size in bytes) pairs: the size tells checked_records where a good file ends.
+    ds = tf.data.Dataset.from_tensor_slices((files, tfrecord.file_sizes(files)))
     if training:
         ds = ds.shuffle(len(files), seed=seed).repeat()
     ds = ds.interleave(
-        tf.data.TFRecordDataset,
+        tfrecord.checked_records,
         cycle_length=min(4, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,  # a resumed run skips the batches consumed: the order must repeat
@@ -213,14 +220,30 @@ def make_dataset(
     return batch_records(ds, vocab, cfg, batch_size, pointer_gen, training, drop_empty)
 
 
+def usable(record: dict) -> tf.Tensor:
+    """bool []: the tokenized example has an article and a summary token."""
+    return tf.logical_and(tf.size(record["enc_tokens"]) > 0, tf.size(record["dec_tokens"]) > 0)
+
+
+def require_usable_example(files: list[str], cfg: DataConfig) -> None:
+    """Raises ValueError if no record of the files has both an article and a summary token.
+
+    The training dataset repeats forever and drops unusable examples; without one usable
+    example it would spin at 100% CPU and never yield a batch. One pass in file order stops at
+    the first usable record, so on real data this reads a few records."""
+    found = (tfrecord.read_records(files).map(tfrecord.parse).map(tokenize_fn(cfg))
+             .filter(usable).take(1).reduce(0, lambda n, _: n + 1))
+    if int(found) == 0:
+        raise ValueError(f"training data ({len(files)} file(s), first {files[0]}) holds no example "
+                         f"whose article and summary both have a token; are the summaries empty?")
+
+
 def batch_records(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, batch_size: int,
                   pointer_gen: bool, training: bool, drop_empty: bool) -> tf.data.Dataset:
     """Records {article, summary, id} (scalar strings) -> batches of features."""
     ds = ds.map(tokenize_fn(cfg), num_parallel_calls=tf.data.AUTOTUNE)
     if drop_empty:
-        ds = ds.filter(
-            lambda d: tf.logical_and(tf.size(d["enc_tokens"]) > 0, tf.size(d["dec_tokens"]) > 0)
-        )
+        ds = ds.filter(usable)
     pad = {"enc_tokens": [None], "dec_tokens": [None], "article": [], "summary": [], "id": []}
     pad_values = {k: "" for k in pad}
     if training and cfg.bucket_by_length and cfg.max_enc_steps >= 8:
@@ -249,7 +272,7 @@ def build_vocab(files: list[str], cfg: DataConfig) -> vocab_lib.Vocab:
     import collections
 
     counter: collections.Counter = collections.Counter()
-    ds = tf.data.TFRecordDataset(files).map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = tfrecord.read_records(files).map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
     ds = ds.batch(256).map(
         lambda d: tf.concat(
             [

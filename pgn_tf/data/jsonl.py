@@ -1,21 +1,54 @@
-"""JSON Lines corpora (optionally gzipped): one {"article": ..., "summary": ..., "id": ...} a line."""
+"""JSON Lines corpora (optionally gzipped): one {"article": ..., "summary": ..., "id": ...} a line.
+
+Nothing in a line stops the reading: malformed JSON, nesting too deep for the parser, integers
+too long to convert, a value that is not an object, a missing field: each is counted as dropped
+(ReadStats) and skipped. A gzip that is truncated or fails its check keeps every line before the
+damage and is counted as one dropped record whose reason names the file and line: the lines
+before the cut decompressed intact, and the other readers keep the records before a bad one
+too (see_bin), so an interrupted download is usable and visible in the counts, not fatal.
+"""
 
 from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterable, Iterator
 
 import tensorflow as tf
 
 from pgn_tf.data.example import Example, ReadStats
 
+# What a damaged gzip raises while it is read: EOFError for a truncated stream, zlib.error for
+# undecodable data, BadGzipFile for a bad header, CRC or length.
+GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
-def _open(path: str):
+
+def open_lines(path: str):
+    """A binary file object, decompressed when the name ends in .gz."""
     f = tf.io.gfile.GFile(path, "rb")
     if path.endswith(".gz"):
         return gzip.GzipFile(fileobj=f)
     return f
+
+
+def lines(f: Iterable[bytes], name: str, stats: ReadStats) -> Iterator[tuple[int, bytes]]:
+    """(line number, raw line) of an open file. A damaged gzip ends it: what follows the last
+    whole line is counted in stats as one dropped record, the reason naming file and line."""
+    lineno = 0
+    it = iter(f)
+    while True:
+        try:
+            raw = next(it)
+        except StopIteration:
+            return
+        except GZIP_ERRORS as e:
+            stats.read += 1
+            what = "truncated" if isinstance(e, EOFError) else "corrupt"
+            stats.drop(f"{what} gzip: {name} unreadable after line {lineno}")
+            return
+        lineno += 1
+        yield lineno, raw
 
 
 def parse_line(raw: bytes, default_id: str, stats: ReadStats) -> Example | None:
@@ -27,8 +60,14 @@ def parse_line(raw: bytes, default_id: str, stats: ReadStats) -> Example | None:
     stats.read += 1
     try:
         d = json.loads(raw.decode("utf-8", errors="replace"))
+    except RecursionError:
+        stats.drop("json nested too deep")
+        return None
     except json.JSONDecodeError:
         stats.drop("malformed json")
+        return None
+    except ValueError:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
+        stats.drop("json number too long")
         return None
     if not isinstance(d, dict):
         stats.drop("not a json object")
@@ -43,8 +82,8 @@ def parse_line(raw: bytes, default_id: str, stats: ReadStats) -> Example | None:
 def read_jsonl(path: str, stats: ReadStats | None = None) -> Iterator[Example]:
     """Yields Examples; malformed lines are counted in `stats` and skipped, never fatal."""
     stats = stats if stats is not None else ReadStats()
-    with _open(path) as f:
-        for lineno, raw in enumerate(f, 1):
+    with open_lines(path) as f:
+        for lineno, raw in lines(f, path, stats):
             ex = parse_line(raw, f"{path}:{lineno}", stats)
             if ex is not None:
                 yield ex

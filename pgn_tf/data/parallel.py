@@ -8,7 +8,6 @@ A data path is `SOURCE` (the target is found by replacing "article" with "title"
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import os
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 import tensorflow as tf
 
 from pgn_tf.data.example import Example, ReadStats
+from pgn_tf.data.jsonl import lines, open_lines
 
 _PAIRS = (("article", "title"), ("source", "target"), ("src", "tgt"))
 
@@ -40,19 +40,17 @@ def is_parallel(spec: str) -> bool:
                            any(w in base for w, _ in _PAIRS))
 
 
-def _lines(path: str):
-    f = tf.io.gfile.GFile(path, "rb")
-    return gzip.GzipFile(fileobj=f) if path.endswith(".gz") else f
-
-
 def read_parallel(spec: str, stats: ReadStats | None = None) -> Iterator[Example]:
-    """Yields Examples; lines past the shorter file are counted as dropped."""
+    """Yields Examples; lines past the shorter file are counted as dropped, and so is the
+    damaged end of a truncated or corrupt gzip (jsonl.lines: the reason names file and line)."""
     stats = stats if stats is not None else ReadStats()
     source, target = split_spec(spec)
     for path in (source, target):
         if not tf.io.gfile.exists(path):
             raise FileNotFoundError(f"parallel data file {path} does not exist")
-    with _lines(source) as src, _lines(target) as tgt:
+    with open_lines(source) as src_f, open_lines(target) as tgt_f:
+        src = (raw for _, raw in lines(src_f, source, stats))
+        tgt = (raw for _, raw in lines(tgt_f, target, stats))
         for i, (a, t) in enumerate(itertools.zip_longest(src, tgt)):
             stats.read += 1
             if a is None or t is None:

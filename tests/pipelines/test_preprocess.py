@@ -138,3 +138,28 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys, argv, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0] and err[0].startswith("pipelines.preprocess: error")
     assert not os.path.exists(tmp_path / "o" / "stats.json")
+
+
+def test_a_truncated_gzip_keeps_its_good_lines_and_is_named_in_the_counts(tmp_path):
+    """Beam's text source would read a cut gzip to the cut without a word; the whole-file reader
+    counts the damage, naming the file and the last whole line. Plain files beside it are read
+    by the (splittable) text source, with the same ids as before."""
+    rows = [json.dumps({"id": f"g{i}", "article": f"gz article {i} " * 40, "summary": f"gz {i}"})
+            for i in range(300)]
+    data = gzip.compress(("\n".join(rows) + "\n").encode())
+    cut = tmp_path / "in" / "a.jsonl.gz"
+    cut.parent.mkdir()
+    cut.write_bytes(data[: len(data) // 2])
+    (tmp_path / "in" / "b.jsonl").write_text("".join(
+        json.dumps({"id": f"p{i}", "article": f"plain article {i}", "summary": f"plain {i}"}) + "\n"
+        for i in range(20)))
+    out = tmp_path / "out"
+    stats = run(tmp_path, "--input", str(tmp_path / "in" / "*.jsonl*"), "--format", "jsonl",
+                "--output_dir", str(out), "--vocab_size", "50", "--split", "train=1")
+    ((reason, n),) = stats["dropped"].items()
+    assert n == 1 and reason.startswith(f"truncated gzip: {cut} unreadable after line ")
+    whole = int(reason.rsplit(" ", 1)[1])
+    assert 0 < whole < 300 and stats["kept"] == {"train": 20 + whole}
+    assert stats["read"] == 20 + whole + 1 == stats["accounted"]
+    ids = {e.id for e in records(str(out / "train-*.tfrecord"))}
+    assert ids == {f"p{i}" for i in range(20)} | {f"g{i}" for i in range(whole)}

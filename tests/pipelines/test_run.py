@@ -101,3 +101,134 @@ def test_bad_config_is_a_one_line_error(tmp_path, capsys, text, message):
     assert flow.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_a_preprocess_step_reruns_when_its_input_data_changes(tmp_path, capsys):
+    """The same config over new data is not skipped: the files' names, sizes and mtimes are in
+    the step's fingerprint. (The step body is a recorder: what is tested is the runner.)"""
+    data = tmp_path / "data"
+    data.mkdir()
+    jsonl.write_jsonl(synthetic.generate(5, seed=1), str(data / "a.jsonl"))
+    pre = dict(flow.DEFAULTS["preprocess"], input=str(data / "*.jsonl"))
+    calls = []
+
+    def step(inputs, out_dir):
+        calls.append(inputs["data"])
+        return {}
+
+    def run_once():
+        return flow.run_step(str(tmp_path / "run"), "preprocess", step, flow.preprocess_inputs(pre))
+
+    run_once()
+    run_once()
+    assert len(calls) == 1 and calls[0]["files"] == 1  # unchanged: skipped
+    with open(data / "a.jsonl", "a") as f:  # the same file, one more record
+        f.write('{"article": "x y", "summary": "x"}\n')
+    run_once()
+    assert len(calls) == 2 and "preprocess: data changed, running again" in capsys.readouterr().out
+    jsonl.write_jsonl(synthetic.generate(2, seed=2), str(data / "b.jsonl"))  # a new file
+    run_once()
+    assert len(calls) == 3 and calls[-1]["files"] == 2
+    stat = os.stat(data / "b.jsonl")
+    os.utime(data / "b.jsonl", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # rewritten
+    run_once()
+    run_once()
+    assert len(calls) == 4
+
+
+def fake_saved_model(path):
+    """Push copies a directory whatever it holds; a real export is not needed to test it."""
+    os.makedirs(os.path.join(path, "variables"))
+    for name, data in (("saved_model.pb", b"graph"), ("variables/variables.index", b"idx")):
+        with open(os.path.join(path, name), "wb") as f:
+            f.write(data)
+    return str(path)
+
+
+def test_push_killed_after_its_rename_does_not_push_again(tmp_path, monkeypatch, capsys):
+    serving_base = str(tmp_path / "serving")
+    inputs = {"after": "x", "saved_model": fake_saved_model(tmp_path / "export"),
+              "blessed": True, "serving_base": serving_base}
+
+    def killed(path, record):
+        raise RuntimeError("killed between the push rename and _COMPLETE.json")
+
+    monkeypatch.setattr(flow, "write_marker", killed)
+    with pytest.raises(RuntimeError, match="killed"):
+        flow.run_step(str(tmp_path / "run"), "push", flow.push_step, inputs)
+    monkeypatch.undo()
+    assert flow.served_versions(serving_base) == [1]
+    assert not (tmp_path / "run" / "push" / flow.COMPLETE).exists()
+
+    out = flow.run_step(str(tmp_path / "run"), "push", flow.push_step, inputs)
+    assert out["version"] == 1 and flow.served_versions(serving_base) == [1]
+    assert "not pushed again" in capsys.readouterr().out
+    pushed = json.loads((tmp_path / "serving" / "1" / flow.PUSHED_BY).read_text())
+    assert pushed["push_id"] == flow.fingerprint(inputs)
+    assert (tmp_path / "serving" / "1" / "saved_model.pb").read_bytes() == b"graph"
+
+    # Another run's push (another fingerprint) is a new version.
+    other = dict(inputs, after="y")
+    assert flow.run_step(str(tmp_path / "run2"), "push", flow.push_step, other)["version"] == 2
+    assert flow.served_versions(serving_base) == [1, 2]
+
+
+def test_push_killed_before_its_rename_leaves_nothing_and_leftovers_are_cleaned(
+        tmp_path, monkeypatch):
+    import socket
+
+    serving_base = tmp_path / "serving"
+    saved_model = fake_saved_model(tmp_path / "export")
+
+    def killed(tmp, final):
+        raise OSError("killed before the rename")
+
+    monkeypatch.setattr(flow, "publish", killed)
+    with pytest.raises(OSError, match="killed"):
+        flow.push(saved_model, str(serving_base), "id")
+    monkeypatch.undo()
+    assert os.listdir(serving_base) == []  # the half copy went with the exception
+
+    # What a SIGKILLed run leaves: half copies in serving_base and temporaries in run_dir.
+    dead = subprocess_pid_that_exited()
+    host = socket.gethostname()
+    stale = [serving_base / f".push-{dead}-1-{host}", serving_base / f".push-{dead}-2"]
+    live = [serving_base / f".push-{os.getpid()}-3-{host}",  # a push under way
+            serving_base / f".push-{dead}-4-elsewhere.example"]  # cannot be checked from here
+    run_dir = tmp_path / "run"
+    temps = [run_dir / "export" / "model" / f".tmp-1-{dead}", run_dir / "train" / "config.json.tmp",
+             run_dir / "push" / (flow.COMPLETE + ".tmp")]
+    kept = [run_dir / "train" / "config.json", run_dir / "export" / "model" / "1" / "x.pb"]
+    for path in stale + live + temps[:1]:
+        path.mkdir(parents=True)
+    for path in temps[1:] + kept:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    removed = flow.clean_leftovers(str(run_dir), str(serving_base))
+    assert sorted(removed) == sorted(str(p) for p in stale + temps)
+    assert all(p.exists() for p in live + kept) and not any(p.exists() for p in stale + temps)
+
+
+def subprocess_pid_that_exited():
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_second_run_on_a_locked_run_dir_is_refused(tmp_path, capsys):
+    from pgn_tf.dirlock import DirLock
+
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({"run_dir": str(tmp_path / "run"),
+                                    "preprocess": {"input": str(tmp_path / "none.jsonl")},
+                                    "push": {"serving_base": str(tmp_path / "serving")}}))
+    with DirLock(str(tmp_path / "run"), "pipeline run dir"):
+        assert flow.main(["--config", str(path)]) == 2
+        assert os.listdir(tmp_path / "run") == [".lock"]  # nothing else was written
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"pipelines.run: error: pipeline run dir {tmp_path / 'run'} is in use "
+                          f"by pid {os.getpid()} (started ")
+    assert len(err.splitlines()) == 1
