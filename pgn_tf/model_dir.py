@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from pgn_tf import config as config_lib
 from pgn_tf import vocab as vocab_lib
+from pgn_tf.durable import write_json
 from pgn_tf.errors import UserError
 from pgn_tf.models import build_model
 
@@ -83,10 +84,7 @@ class ModelDir:
             return json.load(f)
 
     def write_best(self, info: dict) -> None:
-        tmp = self.best_json + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(info, f, indent=2)
-        os.replace(tmp, self.best_json)
+        write_json(self.best_json, info, indent=2)
 
     def best_checkpoint(self, cfg: config_lib.Config | None = None) -> str | None:
         """The best checkpoint, if it was chosen by cfg's measure (any measure without cfg)."""

@@ -30,7 +30,9 @@ from pgn_tf import config as config_lib
 from pgn_tf import loop
 from pgn_tf import model_dir as model_dir_lib
 from pgn_tf import vocab as vocab_lib
-from pgn_tf.data import dataset, synthetic
+from pgn_tf.data import dataset, synthetic, tfrecord
+from pgn_tf.dirlock import DirLock
+from pgn_tf.durable import write_json
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.trainer import Trainer
 
@@ -159,8 +161,19 @@ def run(args) -> dict:
         set_cpu_devices(args.cpu_devices)
     strategy = make_strategy(args.strategy)
     plan = prepare(args)
+    # One writer per model dir; the lock is taken only once the run is known to be valid.
+    with DirLock(plan.mdir.path, what="model dir"):
+        try:
+            return _train(plan, strategy, args.quiet)
+        except tf.errors.OpError as e:  # a corrupt record met while reading the data
+            message = tfrecord.read_error(e)
+            if message is None:
+                raise
+            raise UserError(message) from None
+
+
+def _train(plan: Plan, strategy: tf.distribute.Strategy, quiet: bool) -> dict:
     cfg, mdir = plan.cfg, plan.mdir
-    os.makedirs(mdir.path, exist_ok=True)
     train_files, eval_files = plan.resolve_data()
     vocab = plan.vocab
     if vocab is None:
@@ -177,9 +190,8 @@ def run(args) -> dict:
         print(f"[pgn_tf] {how} {trainer.restored_from} (step {int(trainer.step.numpy())})")
     print(f"[pgn_tf] {strategy.num_replicas_in_sync} replica(s); "
           f"{trainer.model.count_params():,} parameters; vocab {vocab.size}")
-    result = loop.fit(trainer, verbose=0 if args.quiet else 1)
-    with open(os.path.join(mdir.path, "train_result.json"), "w") as f:
-        json.dump(result, f, indent=2)
+    result = loop.fit(trainer, verbose=0 if quiet else 1)
+    write_json(os.path.join(mdir.path, "train_result.json"), result)
     print("[pgn_tf] " + json.dumps(result))
     return result
 

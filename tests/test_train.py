@@ -250,3 +250,25 @@ def test_rouge_selection_and_early_stopping(tmp_path, corpus):
     best = json.loads((tmp_path / "best" / "best.json").read_text())
     assert best["metric"] == "rouge:rougeLsum" and best["step"] == 2
     assert best["value"] == result["eval_rougeLsum"] and "eval_rouge1" in result
+
+
+def test_a_locked_model_dir_and_a_corrupt_record_are_one_line_errors(tmp_path, corpus):
+    """A second writer is refused naming the holder's pid; a record whose checksum fails in the
+    middle of training stops the run with one line naming the file and byte offset."""
+    from pgn_tf.dirlock import DirLock
+    from tests.data.test_readers import record_offsets
+
+    with DirLock(str(tmp_path / "locked"), what="model dir"):
+        code, _, err = train_in_process(tmp_path / "locked", "--train_data", corpus["train"])
+    assert code == 2 and f"is in use by pid {os.getpid()}" in err
+    good = sorted(tf.io.gfile.glob(corpus["train"]))[0]
+    raw = bytearray(open(good, "rb").read())
+    at = record_offsets(good)[150]
+    raw[at + 20] ^= 0x55  # inside the record's data: its CRC no longer matches
+    bad = tmp_path / "bad.tfrecord"
+    bad.write_bytes(bytes(raw))
+    code, _, err = train_in_process(tmp_path / "run", "--train_data", str(bad),
+                                    "--set", "data.vocab_size=50", "--set", "train.max_steps=200")
+    lines = [ln for ln in err.splitlines() if ln.startswith("pgn_tf.train: error:")]
+    assert code == 2 and len(lines) == 1, err[-2000:]
+    assert f"{bad} has a corrupt or truncated record at byte offset {at}" in lines[0]
