@@ -140,6 +140,9 @@ class TrainConfig:
     select_rouge: Literal["rouge1", "rouge2", "rougeLsum"] = "rougeLsum"
     eval_rouge_examples: PositiveInt = 500
     early_stop_patience: NonNegativeInt = 0  # > 0: stop after this many evals without a better best
+    # "BASE/NAME": each new best checkpoint is exported there as the next SavedModel version
+    # (OpenNMT-tf's export_on_best), so a running serving.server picks it up.
+    export_on_best: str = ""
     # stop (an error) after this many non-finite steps in a row
     max_nonfinite_steps: PositiveInt = 20
     seed: int = 1234

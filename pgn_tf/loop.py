@@ -10,6 +10,7 @@ weights is ever written, and a non-finite validation measure is never the best).
 from __future__ import annotations
 
 import math
+import os
 import time
 
 import keras
@@ -120,6 +121,8 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
             if ev:
                 last.update({f"eval_{k}": v for k, v in ev.items()})
                 improved = trainer.save_best(ev)
+                if improved and t.export_on_best and trainer.is_chief:
+                    _export_best(trainer, step)
                 stale = 0 if improved else stale + 1
                 if t.lr_halving == "eval" and not improved:  # Rush et al. section 7
                     _halve(trainer)
@@ -149,6 +152,19 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
     result.update({k: round(v, 4) for k, v in {**initial, **last}.items()
                    if k not in ("src_tokens", "nonfinite")})
     return result
+
+
+def _export_best(trainer: Trainer, step: int) -> None:
+    """Exports the new best checkpoint as the next version under train.export_on_best."""
+    from pgn_tf import export
+
+    base, name = os.path.split(os.path.normpath(trainer.cfg.train.export_on_best))
+    versions = [int(v) for v in (os.listdir(trainer.cfg.train.export_on_best)
+                                 if os.path.isdir(trainer.cfg.train.export_on_best) else [])
+                if v.isascii() and v.isdigit()]
+    path = export.export(trainer.mdir.path, base or ".", name, max(versions, default=0) + 1,
+                         which=trainer.best_manager.latest_checkpoint)
+    print(f"[pgn_tf] step {step}: the new best is exported as {path}", flush=True)
 
 
 def _lr(trainer: Trainer, step: int, elapsed: float) -> float:

@@ -272,3 +272,17 @@ def test_a_locked_model_dir_and_a_corrupt_record_are_one_line_errors(tmp_path, c
     lines = [ln for ln in err.splitlines() if ln.startswith("pgn_tf.train: error:")]
     assert code == 2 and len(lines) == 1, err[-2000:]
     assert f"{bad} has a corrupt or truncated record at byte offset {at}" in lines[0]
+
+
+def test_export_on_best_writes_the_next_version(tmp_path, corpus):
+    base = tmp_path / "serving" / "pgn"
+    (base / "7").mkdir(parents=True)  # an older version: the export goes above it
+    code, out, err = train_in_process(
+        tmp_path / "run", "--train_data", corpus["train"], "--eval_data", corpus["validation"],
+        "--set", "train.max_steps=10", "--set", "train.eval_every=10",
+        "--set", "train.eval_samples=0", "--set", f"train.export_on_best={base}")
+    assert code == 0, err[-2000:]
+    assert f"the new best is exported as {base}/8" in out
+    best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
+    assert best["step"] == 10 and (base / "8" / "saved_model.pb").exists()
+    assert sorted(os.listdir(base)) == ["7", "8"]  # nothing half-written left beside them
