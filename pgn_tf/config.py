@@ -240,13 +240,13 @@ def paulus2017() -> Config:
     trigram blocking; L_ml summed over the summary (eq. 14); the switch supervised for copied
     out-of-vocabulary words (section 2.3, appendix A.3). Train ML, then continue with
     `--set train.objective=mixed`. The paper states no minimum summary length (decoding runs
-    0-100 tokens) and no gradient clipping. Not the paper's: embeddings start at stddev 0.1
-    (it used GloVe vectors, which are not available here; See et al.'s 1e-4 leaves the tied
-    output layer tanh(W_emb W_proj) near zero, README "Quality")."""
+    0-100 tokens) and no gradient clipping. Not the paper's: embeddings start at stddev 0.5, the
+    scale of the GloVe vectors it used (not available here); See et al.'s 1e-4 leaves the tied
+    output layer tanh(W_emb W_proj) near zero and learns slowest (README "Quality")."""
     cfg = Config()
     cfg.data.max_enc_steps = 800
     cfg.model = ModelConfig(model_type="deep_reinforced", hidden_dim=200, emb_dim=100,
-                            emb_init_std=0.1)
+                            emb_init_std=0.5)
     cfg.train.batch_size = 50
     cfg.train.optimizer = "adam"
     cfg.train.learning_rate = 1e-3
