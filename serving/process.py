@@ -13,7 +13,7 @@ def start_server(base_path: str, model_name: str, extra_args: list[str] | None =
     """Returns (process, gRPC port, REST port) once the server prints READY."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "serving.server", "--model_name", model_name, "--model_base_path",
-         base_path, "--port", "0", "--rest_api_port", "0", *(extra_args or [])],
+         base_path, "--port", "0", "--rest_api_port", "auto", *(extra_args or [])],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
     )
