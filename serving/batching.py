@@ -273,7 +273,11 @@ class BatchScheduler:
             self._cv.notify()
         timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         if not task.event.wait(timeout):
-            task.cancelled = True  # a worker drops it if it has not started
+            with self._cv:  # expired: its rows not yet in a batch leave the queue now
+                task.cancelled = True
+                if task.offset < task.rows and task in queue.tasks:
+                    queue.tasks.remove(task)
+                    queue.rows -= task.rows - task.offset
             raise RequestError(Code.DEADLINE_EXCEEDED,
                                "deadline exceeded while waiting in the batching queue")
         if task.error is not None:
