@@ -59,8 +59,8 @@ def _version_of(model_spec) -> tuple[int | None, str | None]:
 
 
 def _deadline(context) -> float | None:
-    left = context.time_remaining()
-    return None if left is None else time.monotonic() + left
+    left = context.time_remaining()  # a huge number when the client set no deadline
+    return None if left is None or left > 86400 * 365 else time.monotonic() + left
 
 
 class Services:

@@ -198,7 +198,7 @@ class Server:
             app, opts.host, 0 if opts.rest_port == "auto" else opts.rest_port,
             opts.rest_api_num_threads, opts.rest_api_max_connections,
             opts.rest_api_idle_timeout_s, 2 * opts.max_request_bytes, self._http_map)
-        self.rest_port = self.http.effective_port
+        self.rest_port = int(self.http.effective_port)
         self._http_thread = threading.Thread(target=self.http.run, daemon=True, name="rest-io")
         self._http_thread.start()
 
