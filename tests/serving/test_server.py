@@ -183,13 +183,14 @@ def test_cli_starts_serves_and_refuses_bad_configs(exported, tmp_path):
         capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 2
     assert "the last of allowed_batch_sizes must equal" in proc.stderr
-    mon = tmp_path / "monitoring.config"
-    mon.write_text('prometheus_config { enable: true, path: "/monitoring/prometheus/metrics" }')
-    proc = subprocess.run(
-        [sys.executable, "-m", "serving.server", "--model_base_path", os.path.join(base, name),
-         "--port", "0", "--monitoring_config_file", str(mon)],
-        capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 2 and "give --rest_api_port" in proc.stderr
+    mon = os.path.join(ROOT, "serving", "monitoring.config")
+    args = build_parser().parse_args(["--model_base_path", str(tmp_path), "--port", "0",
+                                      "--monitoring_config_file", mon])
+    with pytest.raises(ValueError, match="give --rest_api_port"):
+        options_from_args(args)
+    args = build_parser().parse_args(["--model_base_path", str(tmp_path), "--rest_api_port",
+                                      "auto", "--monitoring_config_file", mon])
+    assert options_from_args(args)[1].metrics_path == METRICS_PATH
 
 
 def test_model_config_file(tmp_path):
