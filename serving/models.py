@@ -124,7 +124,8 @@ class ModelSpec:
                 raise ValueError(f"bad version label '{label}': {v}")
             if self.policy == "specific" and v not in self.versions:
                 raise ValueError(f"version label '{label}' points to version {v}, which the "
-                                 f"'specific' policy does not load (versions {list(self.versions)})")
+                                 f"'specific' policy does not load (versions "
+                                 f"{list(self.versions)})")
 
 
 @dataclasses.dataclass

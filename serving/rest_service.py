@@ -222,7 +222,8 @@ class RestApp:
                               "instance must be an object naming them")
         else:  # columnar format
             raw_inputs = body["inputs"]
-            if isinstance(raw_inputs, dict) and not (len(names) == 1 and set(raw_inputs) == {"b64"}):
+            one_b64 = len(names) == 1 and isinstance(raw_inputs, dict) and set(raw_inputs) == {"b64"}
+            if isinstance(raw_inputs, dict) and not one_b64:
                 values = raw_inputs
             elif len(names) == 1:
                 values = {names[0]: raw_inputs}
@@ -249,10 +250,10 @@ def make_server(app: RestApp, host: str, port: int, threads: int, connection_lim
     from waitress.server import create_server
 
     return create_server(
-        app, map=socket_map, host=host, port=port, threads=threads, connection_limit=connection_limit,
-        channel_timeout=max(1, int(round(channel_timeout_s))), cleanup_interval=max(
-            1, min(30, int(round(channel_timeout_s)))),
+        app, map=socket_map, host=host, port=port, threads=threads,
+        connection_limit=connection_limit,
+        channel_timeout=max(1, round(channel_timeout_s)),
+        cleanup_interval=max(1, min(30, round(channel_timeout_s))),  # how often idle ones close
         max_request_body_size=max_body_bytes + 1,  # waitress refuses at >= the limit
-        max_request_header_size=64 * 1024, asyncore_use_poll=True, backlog=2048,
-        channel_request_lookahead=0, expose_tracebacks=False, ident="pgn_tf-serving",
-        clear_untrusted_proxy_headers=True)
+        max_request_header_size=64 * 1024, asyncore_use_poll=True,  # poll: no 1,024-fd limit
+        backlog=2048, expose_tracebacks=False, ident="pgn_tf-serving")

@@ -2,8 +2,6 @@
 over the real exported summarizer."""
 
 import os
-import subprocess
-import sys
 
 import grpc
 import pytest
@@ -16,7 +14,13 @@ from tensorflow_serving.apis import (
 
 from pgn_tf.inference import Summarizer
 from serving import client
-from serving.server import ServerOptions, build_parser, options_from_args, read_model_config
+from serving.server import (
+    ServerOptions,
+    build_parser,
+    main,
+    options_from_args,
+    read_model_config,
+)
 from tests.serving.helpers import ARTICLE, METRICS_PATH, request, rest, stub, summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -172,17 +176,14 @@ def test_rest_port_zero_disables_rest_as_in_tf_serving(tmp_path):
         ServerOptions(port=8500, rest_port=8500).validate()
 
 
-def test_cli_starts_serves_and_refuses_bad_configs(exported, tmp_path):
-    base, name, _ = exported
-    env = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+def test_cli_refuses_bad_configs_with_one_line(tmp_path, capsys):
+    """(The CLI serving requests is tested by test_hostile_clients.py, in a child process.)"""
     bad = tmp_path / "batching.config"
     bad.write_text("max_batch_size { value: 8 }\nallowed_batch_sizes: 4\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "serving.server", "--model_base_path", os.path.join(base, name),
-         "--port", "0", "--enable_batching", "--batching_parameters_file", str(bad)],
-        capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 2
-    assert "the last of allowed_batch_sizes must equal" in proc.stderr
+    assert main(["--model_base_path", str(tmp_path), "--port", "0", "--enable_batching",
+                 "--batching_parameters_file", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the last of allowed_batch_sizes must equal" in err[0]
     mon = os.path.join(ROOT, "serving", "monitoring.config")
     args = build_parser().parse_args(["--model_base_path", str(tmp_path), "--port", "0",
                                       "--monitoring_config_file", mon])

@@ -178,7 +178,7 @@ def test_a_failed_version_is_retried_on_a_backoff(tiny_model, tmp_path):
         time.sleep(0.05)
         model.poll()
     assert model.loaded_versions() == [1] and len(attempts) == 3
-    assert attempts[2] - attempts[1] >= 2 * (attempts[1] - attempts[0]) * 0.9 >= 0.18  # doubling
+    assert attempts[1] - attempts[0] >= 0.2 and attempts[2] - attempts[1] >= 0.4  # doubling
 
 
 def test_retries_stop_after_max_then_a_file_change_retries(tiny_model, tmp_path):
