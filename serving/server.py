@@ -121,11 +121,21 @@ def read_model_config(path: str) -> dict[str, ModelSpec]:
     return out
 
 
+def as_model_spec(spec) -> ModelSpec:
+    """A ModelSpec, a base path (its latest version), or (base path, num_versions)."""
+    if isinstance(spec, ModelSpec):
+        return spec
+    if isinstance(spec, tuple):
+        base, n = spec
+        return ModelSpec(str(base), "latest", num_versions=int(n))
+    return ModelSpec(str(spec))
+
+
 class Server:
     """The running servers; `stop()` shuts them down. Used by main() and by tests.
 
     Args:
-      models: {name: ModelSpec or base path (latest version only)}.
+      models: {name: ModelSpec, base path, or (base path, num_versions)}.
       options: ServerOptions; keyword arguments override its fields.
     """
 
@@ -142,7 +152,7 @@ class Server:
         if self.scheduler is not None:
             self.scheduler.on_batch = self.predictor.on_batch
         for name, spec in models.items():
-            spec = spec if isinstance(spec, ModelSpec) else ModelSpec(str(spec))
+            spec = as_model_spec(spec)
             self.registry.models[name] = ServedModel(
                 name, spec, load=self._load, on_unload=self.predictor.retire,
                 load_retry_interval_s=opts.load_retry_interval_s,

@@ -14,8 +14,10 @@ from tensorflow_serving.apis import (
 
 from pgn_tf.inference import Summarizer
 from serving import client
+from serving.models import ModelSpec
 from serving.server import (
     ServerOptions,
+    as_model_spec,
     build_parser,
     main,
     options_from_args,
@@ -195,6 +197,8 @@ def test_cli_refuses_bad_configs_with_one_line(tmp_path, capsys):
 
 
 def test_model_config_file(tmp_path):
+    assert as_model_spec(("/m", 2)) == ModelSpec("/m", "latest", num_versions=2)
+    assert as_model_spec("/m") == ModelSpec("/m")
     cfg = read_model_config(os.path.join(ROOT, "serving", "models.config"))
     assert cfg["pgn"].base_path == "/models/pgn" and cfg["pgn"].policy == "latest"
     path = tmp_path / "models.config"
