@@ -154,7 +154,7 @@ class Services:
         model = self.registry.model(request.model_spec.name)
         want, label = _version_of(request.model_spec)
         if label is not None:
-            want = model.get(label=label).version
+            want = model.resolve(label=label).version
         resp = get_model_status_pb2.GetModelStatusResponse()
         states = get_model_status_pb2.ModelVersionStatus.State
         for version, state, message in model.status():

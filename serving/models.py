@@ -247,9 +247,16 @@ class ServedModel:
             del loaded, dropped
             gc.collect()  # tf.function graphs hold reference cycles; free the version now
 
-    def get(self, version: int | None = None, label: str | None = None) -> LoadedVersion:
-        """The loaded version asked for (the highest when neither is given); RequestError
-        NOT_FOUND otherwise."""
+    def get(self, version: int | None = None) -> LoadedVersion | None:
+        """The loaded version (the highest when none is given), or None."""
+        with self._lock:
+            if version is None:
+                return self._loaded[max(self._loaded)] if self._loaded else None
+            return self._loaded.get(version)
+
+    def resolve(self, version: int | None = None, label: str | None = None) -> LoadedVersion:
+        """The loaded version a request asks for (the highest when it names neither version nor
+        label); RequestError NOT_FOUND otherwise."""
         if label is not None:
             if label not in self.spec.labels:
                 raise not_found(f"model '{self.name}' has no version label '{label}' (labels: "

@@ -34,7 +34,7 @@ class Predictor:
 
     def resolve(self, name: str, version: int | None = None,
                 label: str | None = None) -> LoadedVersion:
-        return self.registry.model(name).get(version, label)
+        return self.registry.model(name).resolve(version, label)
 
     @staticmethod
     def signature(loaded: LoadedVersion, name: str) -> Signature:

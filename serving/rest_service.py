@@ -149,7 +149,7 @@ class RestApp:
         if route.verb:
             raise invalid(f":{route.verb[:40]} needs POST")
         if route.tail == ["metadata"]:
-            loaded = served.get(route.version, route.label)
+            loaded = served.resolve(route.version, route.label)
             seen["version"] = loaded.version
             sigs = {k: json_format.MessageToDict(v) for k, v in loaded.signature_defs.items()}
             return ({"model_spec": {"name": loaded.name, "signature_name": "",
@@ -159,7 +159,7 @@ class RestApp:
             raise not_found("unknown path under /v1/models/NAME")
         want = route.version
         if route.label is not None:
-            want = served.get(label=route.label).version
+            want = served.resolve(label=route.label).version
         statuses = [{"version": str(v), "state": s,
                      "status": {"error_code": "UNKNOWN" if m else "OK", "error_message": m}}
                     for v, s, m in served.status() if want is None or v == want]
