@@ -10,7 +10,13 @@ Signatures (DESIGN.md):
   summarize_options    articles, beam_size, max_decode_steps, min_decode_steps (int32 scalars)
                        -> summaries, scores. TF Serving requires every input of a signature, so
                        the tunable scalars live in their own signature and serving_default
-                       uses the checkpoint config's defaults.
+                       uses the checkpoint config's defaults. The scalars are capped
+                       (`--options_max_beam_size`, `--options_max_decode_steps`): the graph
+                       checks them (InvalidArgumentError, which a server answers with
+                       INVALID_ARGUMENT) and assets.extra/serving_limits.json lists the caps
+                       so a server can refuse a request before running it.
+assets.extra/tf_serving_warmup_requests holds one PredictionLog per signature (TF Serving's
+warm-up file format): a server replays them before it marks the version AVAILABLE.
 The export is written to a temp dir, checked (reloaded and compared with in-process decoding),
 then renamed into place, so a server polling BASE/NAME never sees half a model.
 """
@@ -18,6 +24,7 @@ then renamed into place, so a server polling BASE/NAME never sees half a model.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -37,7 +44,67 @@ CHECK_ARTICLES = [
 ]
 
 
-def build_archive(summarizer: Summarizer) -> keras.export.ExportArchive:
+DEFAULT_MAX_BEAM_SIZE = 16
+DEFAULT_MAX_DECODE_STEPS = 400
+WARMUP_ARTICLE = CHECK_ARTICLES[2]
+
+
+def option_limits(cfg, max_beam_size: int | None = None,
+                  max_decode_steps: int | None = None) -> dict:
+    """{input: (low, high)} of summarize_options' scalars: the caps default to 16 beams and 400
+    steps, raised to the export's own decode defaults if those are higher."""
+    dc = cfg.decode
+    beam = max_beam_size or max(DEFAULT_MAX_BEAM_SIZE, dc.beam_size)
+    steps = max_decode_steps or max(DEFAULT_MAX_DECODE_STEPS, dc.max_dec_steps)
+    if beam < 1 or steps < 1:
+        raise UserError(f"options caps must be positive, got beam {beam}, steps {steps}")
+    return {"beam_size": (1, beam), "max_decode_steps": (1, steps),
+            "min_decode_steps": (0, steps)}
+
+
+def _checked_options(limits: dict, beam_size, max_decode_steps, min_decode_steps):
+    """The scalars, each passed through an assertion of its (low, high) range and of
+    min <= max, so decoding cannot start on an out-of-range request."""
+    values = {"beam_size": beam_size, "max_decode_steps": max_decode_steps,
+              "min_decode_steps": min_decode_steps}
+    asserts = [tf.debugging.Assert(tf.logical_and(v >= limits[k][0], v <= limits[k][1]),
+                                   [f"{k} must be between {limits[k][0]} and {limits[k][1]}, got",
+                                    v], name=f"check_{k}")
+               for k, v in values.items()]
+    asserts.append(tf.debugging.Assert(
+        min_decode_steps <= max_decode_steps,
+        ["min_decode_steps must be at most max_decode_steps, got", min_decode_steps, "and",
+         max_decode_steps], name="check_min_le_max"))
+    with tf.control_dependencies(asserts):
+        return tuple(tf.identity(values[k]) for k in values)
+
+
+def write_warmup_requests(path: str, name: str, cfg, limits: dict) -> None:
+    """TF Serving's warm-up file: a TFRecord of PredictionLog protos, one small request per
+    signature."""
+    from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
+
+    dc = cfg.decode
+    scalars = {"beam_size": dc.beam_size, "max_decode_steps": dc.max_dec_steps,
+               "min_decode_steps": dc.min_dec_steps}
+    scalars = {k: min(max(v, limits[k][0]), limits[k][1]) for k, v in scalars.items()}
+    with tf.io.TFRecordWriter(path) as writer:
+        for sig in ("serving_default", "summarize_verbose", "summarize_options"):
+            req = predict_pb2.PredictRequest()
+            req.model_spec.name = name
+            req.model_spec.signature_name = sig
+            req.inputs["articles"].CopyFrom(tf.make_tensor_proto([WARMUP_ARTICLE.encode()]))
+            if sig == "summarize_options":
+                for k, v in scalars.items():
+                    req.inputs[k].CopyFrom(tf.make_tensor_proto(v, dtype=tf.int32))
+            log = prediction_log_pb2.PredictionLog(
+                predict_log=prediction_log_pb2.PredictLog(request=req))
+            writer.write(log.SerializeToString())
+
+
+def build_archive(summarizer: Summarizer, limits: dict | None = None) -> keras.export.ExportArchive:
+    """limits: option_limits() of summarize_options (default: from the summarizer's config)."""
+    limits = limits or option_limits(summarizer.cfg)
     archive = keras.export.ExportArchive()
     archive.track(summarizer.model)
     archive.track(summarizer.table)
@@ -57,6 +124,8 @@ def build_archive(summarizer: Summarizer) -> keras.export.ExportArchive:
     @tf.function(input_signature=[articles, scalar("beam_size"), scalar("max_decode_steps"),
                                   scalar("min_decode_steps")])
     def options(articles, beam_size, max_decode_steps, min_decode_steps):
+        beam_size, max_decode_steps, min_decode_steps = _checked_options(
+            limits, beam_size, max_decode_steps, min_decode_steps)
         out = summarizer.summarize(articles, beam_size, max_decode_steps, min_decode_steps)
         return {"summaries": out["summaries"], "scores": out["scores"]}
 
@@ -77,14 +146,18 @@ def verify(path: str, summarizer: Summarizer, articles: list[str]) -> None:
 
 
 def export(model_dir: str, export_base: str, name: str, version: int | None = None,
-           which: str = "best", check: bool = True, overrides: list[str] | None = None) -> str:
+           which: str = "best", check: bool = True, overrides: list[str] | None = None,
+           options_max_beam_size: int | None = None,
+           options_max_decode_steps: int | None = None) -> str:
     """Writes the SavedModel; `overrides` ("decode.key=value") change the decoding defaults
-    that serving_default bakes in (beam size, min/max steps, trigram blocking, ...)."""
+    that serving_default bakes in (beam size, min/max steps, trigram blocking, ...);
+    `options_max_*` cap summarize_options' scalar inputs (option_limits)."""
     summarizer = Summarizer.from_model_dir(model_dir, which)
     for item in overrides or []:
         if not item.strip().startswith("decode."):
             raise UserError(f"export --set only changes decode.* keys, got '{item}'")
     config_lib.apply_overrides(summarizer.cfg, overrides)
+    limits = option_limits(summarizer.cfg, options_max_beam_size, options_max_decode_steps)
     version = int(version if version is not None else time.time())
     if version <= 0:
         raise UserError(f"--version must be a positive integer, got {version}")
@@ -96,11 +169,15 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
     tmp = os.path.join(export_base, name, f".tmp-{version}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        build_archive(summarizer).write_out(tmp, verbose=False)
+        build_archive(summarizer, limits).write_out(tmp, verbose=False)
         extra = os.path.join(tmp, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         summarizer.cfg.save(os.path.join(extra, "config.json"))  # with the decode overrides
         shutil.copy(os.path.join(model_dir, "vocab.txt"), os.path.join(extra, "vocab.txt"))
+        with open(os.path.join(extra, "serving_limits.json"), "w") as f:
+            json.dump({"summarize_options": {k: list(v) for k, v in limits.items()}}, f)
+        write_warmup_requests(os.path.join(extra, "tf_serving_warmup_requests"), name,
+                              summarizer.cfg, limits)
         if check:
             verify(tmp, summarizer, CHECK_ARTICLES)
         os.rename(tmp, final)
@@ -111,7 +188,9 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
 
 def main_args(args) -> None:
     path = export(args.model_dir, args.export_base, args.name, args.version, args.checkpoint,
-                  check=not args.no_check, overrides=args.set)
+                  check=not args.no_check, overrides=args.set,
+                  options_max_beam_size=args.options_max_beam_size,
+                  options_max_decode_steps=args.options_max_decode_steps)
     print(path)
 
 
@@ -126,6 +205,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no_check", action="store_true", help="skip the reload-and-compare check")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
                    help="decoding default baked into the export (repeatable)")
+    p.add_argument("--options_max_beam_size", type=int,
+                   help=f"summarize_options' beam_size cap (default {DEFAULT_MAX_BEAM_SIZE}, or "
+                        "the export's beam size if larger)")
+    p.add_argument("--options_max_decode_steps", type=int,
+                   help=f"summarize_options' max/min_decode_steps cap (default "
+                        f"{DEFAULT_MAX_DECODE_STEPS}, or the export's max_dec_steps if larger)")
     return p
 
 

@@ -1,23 +1,37 @@
 """Versioned SavedModels on disk, loaded and swapped the way TF Serving does it.
 
-A model's base path holds numeric version dirs (`BASE/NAME/1/`, `BASE/NAME/2/`, ...). A poller
-loads new versions in the background; the highest loaded version serves requests that name no
-version. A version that fails to load (half-written, corrupt) is logged and skipped, and the one
-already serving keeps serving; it is retried only when its files change. A request holds a
-reference to the version it started on, so a swap never fails a request in flight.
+A model's base path holds version dirs named by canonical ASCII decimal numbers (`BASE/1/`,
+`BASE/2/`; `0002`, `²` or `.tmp-3` are ignored, as a half-written export's temp name must be).
+A poller loads the versions the version policy wants (`latest` N, `all`, or `specific`
+versions), replays the version's warm-up requests, and only then marks it AVAILABLE; the highest
+available version serves requests that name no version, and `version_labels` map names to
+versions. A version that fails to load is logged and skipped while the one already serving
+keeps serving; it is retried when its files change, or on a backoff (`load_retry_interval_s`,
+doubling, at most `max_load_retries` times). A request holds a reference to the version it
+started on, so a swap never fails a request in flight; an unloaded version's batching queues
+are retired (`on_unload`) so that nothing keeps it in memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
+import json
 import logging
 import os
+import re
 import threading
+import time
+from collections.abc import Callable
 
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
+from serving.status import not_found, redact
+
 log = logging.getLogger("serving")
+
+_VERSION_DIR = re.compile(r"0|[1-9][0-9]{0,18}")  # canonical ASCII decimal, fits an int64
 
 
 @dataclasses.dataclass
@@ -35,6 +49,13 @@ class Signature:
 
 
 class LoadedVersion:
+    """One loaded SavedModel version: its signatures, signature defs and input limits.
+
+    `input_limits` comes from the export's assets.extra/serving_limits.json when it has one:
+    {signature: {input: [low, high]}} for scalar inputs (pgn_tf.export writes the caps of
+    summarize_options there; the graph checks the same caps).
+    """
+
     def __init__(self, name: str, version: int, path: str):
         self.name = name
         self.version = version
@@ -43,91 +64,236 @@ class LoadedVersion:
         self.signatures = {}
         for sig_name, fn in self.module.signatures.items():
             inputs = fn.structured_input_signature[1]
-            self.signatures[sig_name] = Signature(sig_name, fn, dict(inputs), dict(fn.structured_outputs))
+            self.signatures[sig_name] = Signature(sig_name, fn, dict(inputs),
+                                                  dict(fn.structured_outputs))
         with tf.io.gfile.GFile(os.path.join(path, "saved_model.pb"), "rb") as f:
             sm = saved_model_pb2.SavedModel.FromString(f.read())
         self.signature_defs = {k: v for k, v in sm.meta_graphs[0].signature_def.items()
                                if not k.startswith("__")}
+        self.input_limits = read_input_limits(path)
+
+
+def read_input_limits(path: str) -> dict:
+    f = os.path.join(path, "assets.extra", "serving_limits.json")
+    if not tf.io.gfile.exists(f):
+        return {}
+    with tf.io.gfile.GFile(f) as fh:
+        raw = json.load(fh)
+    return {sig: {k: (int(lo), int(hi)) for k, (lo, hi) in inputs.items()}
+            for sig, inputs in raw.items()}
 
 
 def _fingerprint(path: str) -> tuple:
-    """Changes whenever any file of a version dir changes (size or mtime)."""
+    """Changes whenever any file of a version dir changes (name, size or mtime)."""
     out = []
     for root, _, files in os.walk(path):
         for fn in files:
-            st = os.stat(os.path.join(root, fn))
+            try:
+                st = os.stat(os.path.join(root, fn))
+            except OSError:
+                continue
             out.append((os.path.relpath(os.path.join(root, fn), path), st.st_size, st.st_mtime_ns))
     return tuple(sorted(out))
+
+
+@dataclasses.dataclass
+class ModelSpec:
+    """One model of a ModelServerConfig.
+
+    Args:
+      base_path: the dir of version dirs.
+      policy: "latest" (the num_versions highest), "all", or "specific" (`versions`).
+      labels: version_labels, label -> version.
+    """
+
+    base_path: str
+    policy: str = "latest"
+    num_versions: int = 1
+    versions: tuple[int, ...] = ()
+    labels: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.policy not in ("latest", "all", "specific"):
+            raise ValueError(f"unknown version policy '{self.policy}'")
+        if self.policy == "specific" and not self.versions:
+            raise ValueError("the 'specific' version policy needs at least one version")
+        if self.policy == "latest" and self.num_versions < 1:
+            raise ValueError("latest { num_versions } must be at least 1")
+        for label, v in self.labels.items():
+            if not label or not isinstance(v, int) or v < 0:
+                raise ValueError(f"bad version label '{label}': {v}")
+            if self.policy == "specific" and v not in self.versions:
+                raise ValueError(f"version label '{label}' points to version {v}, which the "
+                                 f"'specific' policy does not load (versions "
+                                 f"{list(self.versions)})")
+
+
+@dataclasses.dataclass
+class _Failure:
+    fingerprint: tuple
+    attempts: int
+    retry_at: float  # time.monotonic(); inf once the retries are spent
 
 
 class ServedModel:
     """One model name: its versions on disk and the loaded ones.
 
     Args:
-      name: the model name requests use; base_path: the dir of numeric version dirs;
-      num_versions: how many of the highest versions stay loaded (TF Serving's default policy
-        is 1: only the latest).
+      name: the model name requests use; spec: ModelSpec.
+      load: callable(name, version, path) -> LoadedVersion (also replays warm-up requests).
+      on_unload: callable(LoadedVersion) when a version stops serving.
+      load_retry_interval_s, max_load_retries: the backoff of failed versions.
     """
 
-    def __init__(self, name: str, base_path: str, num_versions: int = 1):
+    def __init__(self, name: str, spec: ModelSpec, load: Callable | None = None,
+                 on_unload: Callable | None = None, load_retry_interval_s: float = 60.0,
+                 max_load_retries: int = 5):
         self.name = name
-        self.base_path = base_path
-        self.num_versions = max(1, num_versions)
+        self.spec = spec
+        self.base_path = spec.base_path
+        self.load = load or LoadedVersion
+        self.on_unload = on_unload
+        self.load_retry_interval_s = load_retry_interval_s
+        self.max_load_retries = max_load_retries
         self._lock = threading.Lock()
         self._loaded: dict[int, LoadedVersion] = {}
-        self._failed: dict[int, tuple] = {}  # version -> fingerprint at the failed load
+        self._failed: dict[int, _Failure] = {}
         self._state: dict[int, tuple[str, str]] = {}  # version -> (state, error message)
+        self._warned: set[str] = set()
 
     def versions_on_disk(self) -> list[int]:
         if not tf.io.gfile.isdir(self.base_path):
             return []
-        return sorted(int(d.rstrip("/")) for d in tf.io.gfile.listdir(self.base_path)
-                      if d.rstrip("/").isdigit())
+        out = []
+        for d in tf.io.gfile.listdir(self.base_path):
+            d = d.rstrip("/")
+            if _VERSION_DIR.fullmatch(d) and int(d) < 2**63:
+                out.append(int(d))
+            elif d.isdigit() and d not in self._warned:  # "0002", "²": not TF Serving's names
+                self._warned.add(d)
+                log.warning("model %s: ignoring version dir %r (versions are canonical ASCII "
+                            "decimal numbers: 1, 2, 10)", self.name, d)
+        return sorted(out)
+
+    def wanted(self, on_disk: list[int]) -> list[int]:
+        """The versions the policy keeps loaded, highest first."""
+        if self.spec.policy == "all":
+            return sorted(on_disk, reverse=True)
+        if self.spec.policy == "specific":
+            return sorted((v for v in on_disk if v in self.spec.versions), reverse=True)
+        return sorted(on_disk, reverse=True)
+
+    def _may_try(self, v: int, path: str) -> bool:
+        failure = self._failed.get(v)
+        if failure is None:
+            return True
+        if _fingerprint(path) != failure.fingerprint:
+            failure.attempts = 0  # new files: a fresh start
+            return True
+        return time.monotonic() >= failure.retry_at
+
+    def _record_failure(self, v: int, path: str, e: Exception) -> None:
+        msg = redact(str(e)) or type(e).__name__
+        f = self._failed.get(v) or _Failure((), 0, 0.0)
+        f.fingerprint = _fingerprint(path)
+        f.attempts += 1
+        if f.attempts > self.max_load_retries:
+            f.retry_at = float("inf")  # until its files change
+            when = "not retried until its files change"
+        else:
+            delay = self.load_retry_interval_s * 2 ** (f.attempts - 1)
+            f.retry_at = time.monotonic() + delay
+            when = f"retry {f.attempts} of {self.max_load_retries} in {delay:g} s"
+        self._failed[v] = f
+        log.error("model %s version %d failed to load (%s): %s", self.name, v, when, msg)
+        self._state[v] = ("END", f"failed to load: {msg}")
 
     def poll(self) -> None:
-        """Loads the highest versions not loaded yet; unloads those that fell out or vanished."""
-        on_disk = self.versions_on_disk()
-        wanted = []
-        for v in reversed(on_disk):
-            if len(wanted) == self.num_versions:
+        """Loads the wanted versions not loaded yet; unloads those that fell out or vanished."""
+        keep = []
+        limit = self.spec.num_versions if self.spec.policy == "latest" else None
+        for v in self.wanted(self.versions_on_disk()):
+            if limit is not None and len(keep) == limit:
                 break
             path = os.path.join(self.base_path, str(v))
             if v in self._loaded:
-                wanted.append(v)
+                keep.append(v)
                 continue
-            fp = _fingerprint(path)
-            if self._failed.get(v) == fp:
-                continue  # unchanged since it failed; the next lower version may serve
+            if not self._may_try(v, path):
+                continue  # the next lower version may serve
             self._state[v] = ("LOADING", "")
             try:
-                loaded = LoadedVersion(self.name, v, path)
-            except Exception as e:  # any load failure: log it, keep serving what we have
-                msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                log.error("model %s version %d failed to load, skipped: %s", self.name, v, msg)
-                self._failed[v] = fp
-                self._state[v] = ("END", f"failed to load: {msg}")
+                loaded = self.load(self.name, v, path)
+            except Exception as e:  # any load or warm-up failure: keep serving what we have
+                self._record_failure(v, path, e)
                 continue
             with self._lock:
                 self._loaded[v] = loaded
             self._failed.pop(v, None)
             self._state[v] = ("AVAILABLE", "")
-            log.info("model %s version %d loaded from %s", self.name, v, path)
-            wanted.append(v)
+            log.info("model %s version %d loaded", self.name, v)
+            keep.append(v)
+        dropped = []
         with self._lock:
             for v in list(self._loaded):
-                if v not in wanted:
-                    del self._loaded[v]  # requests holding it finish; GC frees it after
+                if v not in keep:
+                    dropped.append(self._loaded.pop(v))
                     self._state[v] = ("END", "")
-                    log.info("model %s version %d unloaded", self.name, v)
+        for loaded in dropped:
+            if self.on_unload is not None:
+                self.on_unload(loaded)
+            log.info("model %s version %d unloaded", self.name, loaded.version)
+        if dropped:
+            del loaded, dropped
+            gc.collect()  # tf.function graphs hold reference cycles; free the version now
 
     def get(self, version: int | None = None) -> LoadedVersion | None:
+        """The loaded version (the highest when none is given), or None."""
         with self._lock:
             if version is None:
                 return self._loaded[max(self._loaded)] if self._loaded else None
             return self._loaded.get(version)
 
+    def resolve(self, version: int | None = None, label: str | None = None) -> LoadedVersion:
+        """The loaded version a request asks for (the highest when it names neither version nor
+        label); RequestError NOT_FOUND otherwise."""
+        if label is not None:
+            if label not in self.spec.labels:
+                raise not_found(f"model '{self.name}' has no version label '{label}' (labels: "
+                                f"{', '.join(sorted(self.spec.labels)) or 'none'})")
+            version = self.spec.labels[label]
+        with self._lock:
+            if version is None:
+                if self._loaded:
+                    return self._loaded[max(self._loaded)]
+                raise not_found(f"Servable not found for request: no version of model "
+                                f"'{self.name}' is loaded")
+            loaded = self._loaded.get(version)
+        if loaded is None:
+            via = f" (label '{label}')" if label is not None else ""
+            raise not_found(f"Servable not found for request: version {version}{via} of model "
+                            f"'{self.name}' is not loaded")
+        return loaded
+
+    def has_loaded(self) -> bool:
+        with self._lock:
+            return bool(self._loaded)
+
+    def loaded_versions(self) -> list[int]:
+        with self._lock:
+            return sorted(self._loaded)
+
     def status(self) -> list[tuple[int, str, str]]:
-        return sorted((v, s, m) for v, (s, m) in self._state.items())
+        return sorted((v, s, m) for v, (s, m) in list(self._state.items()))
+
+    def unload_all(self) -> None:
+        with self._lock:
+            dropped = list(self._loaded.values())
+            self._loaded.clear()
+        for loaded in dropped:
+            self._state[loaded.version] = ("END", "")
+            if self.on_unload is not None:
+                self.on_unload(loaded)
 
 
 class ModelRegistry:
@@ -138,6 +304,13 @@ class ModelRegistry:
         self.poll_seconds = poll_seconds
         self._stop = threading.Event()
         self._thread = None
+
+    def model(self, name: str) -> ServedModel:
+        m = self.models.get(name)
+        if m is None:
+            raise not_found(f"Servable not found for request: model '{name[:200]}' is not served "
+                            f"(serving: {', '.join(sorted(self.models))})")
+        return m
 
     def poll_all(self) -> None:
         for m in self.models.values():
@@ -158,3 +331,7 @@ class ModelRegistry:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        for m in self.models.values():
+            m.unload_all()

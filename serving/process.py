@@ -7,15 +7,18 @@ import subprocess
 import sys
 import time
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the child runs this code
+
 
 def start_server(base_path: str, model_name: str, extra_args: list[str] | None = None,
                  timeout: float = 120.0) -> tuple[subprocess.Popen, int, int]:
     """Returns (process, gRPC port, REST port) once the server prints READY."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "serving.server", "--model_name", model_name, "--model_base_path",
-         base_path, "--port", "0", "--rest_api_port", "0", *(extra_args or [])],
+         base_path, "--port", "0", "--rest_api_port", "auto", *(extra_args or [])],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"),
+        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(
+            p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p)),
     )
     deadline = time.time() + timeout
     while time.time() < deadline:

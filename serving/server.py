@@ -3,541 +3,348 @@
     python -m serving.server --model_name pgn --model_base_path BASE/pgn \
         --port 8500 --rest_api_port 8501 [--enable_batching --batching_parameters_file F]
 
-Flags are named as tensorflow_model_server names them. gRPC services:
-`tensorflow.serving.PredictionService` (Predict, GetModelMetadata) and
-`tensorflow.serving.ModelService` (GetModelStatus), with the protos of tensorflow-serving-api, so
-the stock client stubs work unchanged. REST: `GET /v1/models/NAME[/versions/V]`,
-`GET /v1/models/NAME[/versions/V]/metadata`, `POST /v1/models/NAME[/versions/V]:predict`
-(`instances` row format and `inputs` columnar format). Binds to 127.0.0.1 unless --host says
-otherwise. Bad requests get INVALID_ARGUMENT / NOT_FOUND (HTTP 400 / 404) with a message; a full
-batching queue RESOURCE_EXHAUSTED (HTTP 429); the server stays up.
+Flags are named as tensorflow_model_server names them and mean the same (`--rest_api_port=0`,
+the default, serves no REST; `auto` picks a free port); the server's own limits are
+`--max_request_bytes`, `--max_batch_rows`, `--grpc_max_concurrent_rpcs`,
+`--rest_api_max_connections` and `--rest_api_idle_timeout_seconds`. Modules:
+serving.validation (request checks), serving.predict (version, signature, run),
+serving.batching, serving.models (versions on disk), serving.warmup, serving.grpc_service,
+serving.rest_service, serving.metrics, serving.status (errors). Binds to 127.0.0.1 unless
+--host says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
-import base64
-import json
+import dataclasses
 import logging
 import signal
 import sys
 import threading
 from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
-import numpy as np
-import tensorflow as tf
 from google.protobuf import text_format
-from tensorflow_serving.apis import (
-    get_model_metadata_pb2,
-    get_model_status_pb2,
-    model_service_pb2_grpc,
-    predict_pb2,
-    prediction_service_pb2_grpc,
-)
 from tensorflow_serving.config import model_server_config_pb2
 
-from serving.batching import Batcher, BatchingParameters, QueueFull, parse_batching_parameters
-from serving.models import LoadedVersion, ModelRegistry, ServedModel
+from serving import grpc_service, rest_service, validation, warmup
+from serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
+from serving.metrics import Metrics, parse_monitoring_config
+from serving.models import LoadedVersion, ModelRegistry, ModelSpec, ServedModel
+from serving.predict import Predictor
 
 log = logging.getLogger("serving")
 
-DEFAULT_SIGNATURE = "serving_default"
+
+@dataclasses.dataclass
+class ServerOptions:
+    """Everything a Server is started with besides its models (flag names in comments)."""
+
+    host: str = "127.0.0.1"  # --host
+    port: int = 0  # --port (0: any free port)
+    rest_port: int | str | None = None  # --rest_api_port (None or 0: no REST; "auto": free port)
+    poll_seconds: float = 1.0  # --file_system_poll_wait_seconds
+    max_request_bytes: int = 10 * 2**20  # --max_request_bytes
+    max_batch_rows: int = 256  # --max_batch_rows
+    grpc_max_threads: int = 32  # --grpc_max_threads
+    grpc_max_concurrent_rpcs: int = 128  # --grpc_max_concurrent_rpcs
+    rest_api_num_threads: int = 8  # --rest_api_num_threads
+    rest_api_timeout_s: float | None = 30.0  # --rest_api_timeout_in_ms / 1000
+    rest_api_max_connections: int = 1000  # --rest_api_max_connections
+    rest_api_idle_timeout_s: float = 30.0  # --rest_api_idle_timeout_seconds
+    metrics_path: str | None = None  # from --monitoring_config_file
+    enable_warmup: bool = True  # --enable_model_warmup
+    warmup_iterations: int = 1  # --num_request_iterations_for_warmup
+    load_retry_interval_s: float = 60.0  # --load_retry_interval_micros / 1e6
+    max_load_retries: int = 5  # --max_num_load_retries
+    batching: BatchingParameters | None = None  # --enable_batching, --batching_parameters_file
+
+    def validate(self) -> ServerOptions:
+        for name in ("max_request_bytes", "max_batch_rows", "grpc_max_threads",
+                     "grpc_max_concurrent_rpcs", "rest_api_num_threads",
+                     "rest_api_max_connections", "warmup_iterations"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"--{name} must be positive")
+        if self.grpc_max_concurrent_rpcs < self.grpc_max_threads:
+            raise ValueError("--grpc_max_concurrent_rpcs must be at least --grpc_max_threads")
+        if self.rest_port not in (None, 0, "auto") and (
+                not isinstance(self.rest_port, int) or not 0 < self.rest_port < 65536):
+            raise ValueError(f"--rest_api_port must be a port number, 0 or auto, got "
+                             f"{self.rest_port}")
+        if isinstance(self.rest_port, int) and self.rest_port and self.rest_port == self.port:
+            raise ValueError("--rest_api_port must differ from --port")
+        if self.batching is not None:
+            self.batching.validate()
+        return self
 
 
-class RequestError(Exception):
-    """A request the server refuses; code is a grpc.StatusCode."""
-
-    def __init__(self, code: grpc.StatusCode, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-HTTP_STATUS = {
-    grpc.StatusCode.INVALID_ARGUMENT: 400,
-    grpc.StatusCode.NOT_FOUND: 404,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
-    grpc.StatusCode.FAILED_PRECONDITION: 400,
-    grpc.StatusCode.UNAVAILABLE: 503,
-    grpc.StatusCode.INTERNAL: 500,
-}
-
-
-class Predictor:
-    """Validates a request against a signature, runs it (batched or not), returns numpy outputs."""
-
-    def __init__(self, registry: ModelRegistry, batching: BatchingParameters | None,
-                 max_request_bytes: int):
-        self.registry = registry
-        self.batching = batching
-        self.max_request_bytes = max_request_bytes
-        self._batchers: dict = {}
-        self._lock = threading.Lock()
-
-    def resolve(self, name: str, version: int | None) -> LoadedVersion:
-        model = self.registry.models.get(name)
-        if model is None:
-            raise RequestError(grpc.StatusCode.NOT_FOUND, f"Servable not found for request: "
-                               f"model '{name}' is not served (serving: "
-                               f"{', '.join(sorted(self.registry.models))})")
-        loaded = model.get(version)
-        if loaded is None:
-            what = f"version {version} of model '{name}'" if version else f"model '{name}'"
-            raise RequestError(grpc.StatusCode.NOT_FOUND,
-                               f"Servable not found for request: no loaded {what}")
-        return loaded
-
-    def signature(self, loaded: LoadedVersion, name: str):
-        sig = loaded.signatures.get(name or DEFAULT_SIGNATURE)
-        if sig is None:
-            raise RequestError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"Serving signature name: '{name}' not found in signature def "
-                f"(available: {', '.join(sorted(loaded.signatures))})")
-        return sig
-
-    def check_inputs(self, sig, inputs: dict) -> dict:
-        missing = sorted(set(sig.inputs) - set(inputs))
-        extra = sorted(set(inputs) - set(sig.inputs))
-        if missing or extra:
-            raise RequestError(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"signature '{sig.name}' takes inputs {sorted(sig.inputs)}; "
-                + (f"missing {missing}" if missing else "")
-                + ("; " if missing and extra else "")
-                + (f"unexpected {extra}" if extra else ""))
-        out = {}
-        for key, spec in sig.inputs.items():
-            arr = inputs[key]
-            if spec.dtype == tf.string:
-                if arr.dtype.kind not in ("O", "S", "U"):
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"input '{key}' must be DT_STRING, got {arr.dtype}")
-                arr = np.array([x.encode("utf-8") if isinstance(x, str) else bytes(x)
-                                for x in arr.reshape(-1)], dtype=object).reshape(arr.shape)
-            else:
-                if arr.dtype.kind not in ("i", "u", "f", "b") or (
-                        spec.dtype.is_integer and arr.dtype.kind == "f"
-                        and not np.all(np.mod(arr, 1) == 0)):
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"input '{key}' must be {spec.dtype.name}, got {arr.dtype}")
-                arr = arr.astype(spec.dtype.as_numpy_dtype)
-            if spec.shape.rank is not None and arr.ndim != spec.shape.rank:
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"input '{key}' must have rank {spec.shape.rank} (shape "
-                                   f"{spec.shape}), got shape {list(arr.shape)}")
-            if not spec.shape.is_compatible_with(arr.shape):
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"input '{key}' has shape {list(arr.shape)}, signature "
-                                   f"expects {spec.shape}")
-            out[key] = arr
-        size = sum(sum(len(x) for x in a.reshape(-1)) if a.dtype == object else a.nbytes
-                   for a in out.values())
-        if size > self.max_request_bytes:
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"request inputs are {size / 1e6:.1f} MB, over the server's "
-                               f"--max_request_bytes={self.max_request_bytes}")
-        return out
-
-    def _run(self, sig, inputs: dict) -> dict:
-        tensors = {k: tf.constant(v, dtype=sig.inputs[k].dtype) for k, v in inputs.items()}
-        try:
-            out = sig.fn(**tensors)
-        except tf.errors.InvalidArgumentError as e:
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, e.message.splitlines()[0]) from None
-        return {k: v.numpy() for k, v in out.items()}
-
-    def predict(self, name: str, version: int | None, signature_name: str, inputs: dict):
-        loaded = self.resolve(name, version)
-        sig = self.signature(loaded, signature_name)
-        inputs = self.check_inputs(sig, inputs)
-        rows = next(iter(inputs.values())).shape[0] if sig.batchable else 0
-        if self.batching and sig.batchable and rows > 0:
-            key = (loaded.name, loaded.version, sig.name)
-            with self._lock:
-                batcher = self._batchers.get(key)
-                if batcher is None or batcher.run.__self__ is not loaded:
-                    batcher = Batcher(_BoundRun(loaded, sig, self._run), self.batching)
-                    self._batchers[key] = batcher
-            try:
-                return loaded, batcher.submit(inputs, timeout=600)
-            except QueueFull as e:
-                raise RequestError(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e)) from None
-        return loaded, self._run(sig, inputs)
-
-
-class _BoundRun:
-    """The callable a Batcher runs, bound to one loaded version and signature."""
-
-    def __init__(self, loaded, sig, run):
-        self.__self__ = loaded
-        self.sig = sig
-        self.run = run
-
-    def __call__(self, inputs):
-        return self.run(self.sig, inputs)
-
-
-# -- gRPC ------------------------------------------------------------------------------------
-
-
-def _abort(context, err: RequestError):
-    context.abort(err.code, err.message)
-
-
-class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
-    def __init__(self, predictor: Predictor):
-        self.predictor = predictor
-
-    def Predict(self, request, context):
-        try:
-            inputs = {}
-            for key, proto in request.inputs.items():
-                try:
-                    inputs[key] = tf.make_ndarray(proto)
-                except Exception as e:  # a malformed TensorProto
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"input '{key}' is not a valid TensorProto: {e}") from None
-            version = request.model_spec.version.value if request.model_spec.HasField("version") else None
-            loaded, outputs = self.predictor.predict(
-                request.model_spec.name, version, request.model_spec.signature_name, inputs)
-            filt = set(request.output_filter)
-            unknown = filt - set(outputs)
-            if unknown:
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"output_filter names unknown outputs {sorted(unknown)}")
-            resp = predict_pb2.PredictResponse()
-            resp.model_spec.name = loaded.name
-            resp.model_spec.version.value = loaded.version
-            resp.model_spec.signature_name = request.model_spec.signature_name or DEFAULT_SIGNATURE
-            for k, v in outputs.items():
-                if not filt or k in filt:
-                    resp.outputs[k].CopyFrom(tf.make_tensor_proto(v))
-            return resp
-        except RequestError as e:
-            _abort(context, e)
-
-    def GetModelMetadata(self, request, context):
-        try:
-            fields = list(request.metadata_field)
-            if fields and fields != ["signature_def"]:
-                raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   f"metadata_field must be ['signature_def'], got {fields}")
-            version = request.model_spec.version.value if request.model_spec.HasField("version") else None
-            loaded = self.predictor.resolve(request.model_spec.name, version)
-            sigs = get_model_metadata_pb2.SignatureDefMap()
-            for k, v in loaded.signature_defs.items():
-                sigs.signature_def[k].CopyFrom(v)
-            resp = get_model_metadata_pb2.GetModelMetadataResponse()
-            resp.model_spec.name = loaded.name
-            resp.model_spec.version.value = loaded.version
-            resp.metadata["signature_def"].Pack(sigs)
-            return resp
-        except RequestError as e:
-            _abort(context, e)
-
-
-class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
-    def __init__(self, registry: ModelRegistry):
-        self.registry = registry
-
-    def GetModelStatus(self, request, context):
-        model = self.registry.models.get(request.model_spec.name)
-        if model is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"model '{request.model_spec.name}' is not served")
-        want = request.model_spec.version.value if request.model_spec.HasField("version") else None
-        resp = get_model_status_pb2.GetModelStatusResponse()
-        states = get_model_status_pb2.ModelVersionStatus.State
-        for version, state, message in model.status():
-            if want is not None and version != want:
-                continue
-            s = resp.model_version_status.add()
-            s.version = version
-            s.state = states.Value(state)
-            if message:
-                s.status.error_code = 13  # INTERNAL, as TF Serving reports a failed load
-                s.status.error_message = message
-        if want is not None and not resp.model_version_status:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"version {want} of model '{model.name}' is unknown")
-        return resp
-
-
-# -- REST ------------------------------------------------------------------------------------
-
-
-def _json_value(v):
-    if isinstance(v, bytes):
-        return v.decode("utf-8", "replace")
-    if isinstance(v, np.ndarray):
-        return [_json_value(x) for x in v] if v.ndim else _json_value(v.item())
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
-
-
-def _from_json(value):
-    """JSON values -> numpy, honouring TF Serving's {"b64": ...} for binary strings."""
-    def conv(x):
-        if isinstance(x, dict):
-            if set(x) == {"b64"}:
-                return base64.b64decode(x["b64"])
-            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "objects other than {\"b64\": ...} "
-                               "are not tensor values")
-        if isinstance(x, list):
-            return [conv(y) for y in x]
-        return x
-    value = conv(value)
-    try:
-        arr = np.array(value)
-    except ValueError as e:
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"ragged or mixed tensor: {e}") from None
-    if arr.dtype.kind in ("U", "S"):
-        arr = arr.astype(object)
-    if arr.dtype == object and any(not isinstance(x, (str, bytes)) for x in arr.reshape(-1)):
-        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "ragged or mixed-type tensor")
-    return arr
-
-
-def make_rest_handler(predictor: Predictor, registry: ModelRegistry, max_body: int):
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, fmt, *args):  # route to logging, not stderr spam
-            log.debug("rest %s", fmt % args)
-
-        def _send(self, code: int, payload: dict):
-            body = json.dumps(payload).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def _error(self, err: RequestError):
-            self._send(HTTP_STATUS.get(err.code, 500), {"error": err.message})
-
-        def _parse_path(self, method: str):
-            path = self.path.split("?")[0]
-            if not path.startswith("/v1/models/"):
-                raise RequestError(grpc.StatusCode.NOT_FOUND, f"unknown path {path}")
-            rest = path[len("/v1/models/"):]
-            verb = None
-            if ":" in rest:
-                rest, verb = rest.rsplit(":", 1)
-            parts = rest.split("/")
-            name, version, tail = parts[0], None, parts[1:]
-            if len(tail) >= 2 and tail[0] == "versions":
-                if not tail[1].isdigit():
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f"bad version '{tail[1]}'")
-                version, tail = int(tail[1]), tail[2:]
-            return name, version, tail, verb
-
-        def do_GET(self):
-            try:
-                name, version, tail, verb = self._parse_path("GET")
-                if verb:
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, f":{verb} needs POST")
-                if tail == ["metadata"]:
-                    loaded = predictor.resolve(name, version)
-                    from google.protobuf import json_format
-
-                    sigs = {k: json_format.MessageToDict(v) for k, v in loaded.signature_defs.items()}
-                    self._send(200, {"model_spec": {"name": name, "signature_name": "",
-                                                    "version": str(loaded.version)},
-                                     "metadata": {"signature_def": {"signature_def": sigs}}})
-                    return
-                if tail:
-                    raise RequestError(grpc.StatusCode.NOT_FOUND, f"unknown path {self.path}")
-                model = registry.models.get(name)
-                if model is None:
-                    raise RequestError(grpc.StatusCode.NOT_FOUND, f"model '{name}' is not served")
-                statuses = [{"version": str(v), "state": s,
-                             "status": {"error_code": "UNKNOWN" if m else "OK", "error_message": m}}
-                            for v, s, m in model.status() if version is None or v == version]
-                if not statuses:
-                    raise RequestError(grpc.StatusCode.NOT_FOUND, f"no version {version} of '{name}'")
-                self._send(200, {"model_version_status": statuses})
-            except RequestError as e:
-                self._error(e)
-
-        def do_POST(self):
-            try:
-                name, version, tail, verb = self._parse_path("POST")
-                if verb != "predict" or tail:
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"unsupported POST {self.path} (use :predict)")
-                length = int(self.headers.get("Content-Length") or 0)
-                if length > max_body:
-                    self.rfile.read(length)
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"request body of {length / 1e6:.1f} MB is over the limit")
-                raw = self.rfile.read(length)
-                try:
-                    body = json.loads(raw.decode("utf-8"))
-                except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       f"request body is not valid UTF-8 JSON: {e}") from None
-                if not isinstance(body, dict):
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "request body must be an object")
-                sig_name = body.get("signature_name") or DEFAULT_SIGNATURE
-                if not isinstance(sig_name, str):
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "signature_name must be a string")
-                loaded = predictor.resolve(name, version)
-                sig = predictor.signature(loaded, sig_name)
-                if ("instances" in body) == ("inputs" in body):
-                    raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                       "request needs exactly one of 'instances' or 'inputs'")
-                single = len(sig.inputs) == 1
-                only = next(iter(sig.inputs))
-                if "instances" in body:
-                    inst = body["instances"]
-                    if not isinstance(inst, list):
-                        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT, "'instances' must be a list")
-                    if single and not (inst and isinstance(inst[0], dict)):
-                        inputs = {only: _from_json(inst)}
-                    else:
-                        if not all(isinstance(x, dict) for x in inst):
-                            raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                               "each instance must be an object of named inputs")
-                        keys = set().union(*(x.keys() for x in inst)) if inst else set()
-                        inputs = {k: _from_json([x.get(k) for x in inst]) for k in keys}
-                else:
-                    raw_inputs = body["inputs"]
-                    if isinstance(raw_inputs, dict):
-                        inputs = {k: _from_json(v) for k, v in raw_inputs.items()}
-                    elif single:
-                        inputs = {only: _from_json(raw_inputs)}
-                    else:
-                        raise RequestError(grpc.StatusCode.INVALID_ARGUMENT,
-                                           "'inputs' must name each input of this signature")
-                loaded, outputs = predictor.predict(name, loaded.version, sig_name, inputs)
-                if "instances" in body:
-                    names = list(outputs)
-                    n = len(next(iter(outputs.values())))
-                    if len(names) == 1:
-                        preds = [_json_value(outputs[names[0]][i]) for i in range(n)]
-                    else:
-                        preds = [{k: _json_value(outputs[k][i]) for k in names} for i in range(n)]
-                    self._send(200, {"predictions": preds})
-                else:
-                    outs = {k: _json_value(v) for k, v in outputs.items()}
-                    self._send(200, {"outputs": outs if len(outs) > 1 else next(iter(outs.values()))})
-            except RequestError as e:
-                self._error(e)
-            except Exception as e:  # never let one request take the server down
-                log.exception("REST request failed")
-                self._send(500, {"error": f"internal error: {type(e).__name__}"})
-
-    return Handler
-
-
-# -- main ------------------------------------------------------------------------------------
-
-
-def read_model_config(path: str) -> dict[str, tuple[str, int]]:
+def read_model_config(path: str) -> dict[str, ModelSpec]:
+    """A ModelServerConfig text file -> {name: ModelSpec}; ValueError for what this server
+    cannot honour (other platforms, logging_config, custom_model_config)."""
     cfg = model_server_config_pb2.ModelServerConfig()
     with open(path) as f:
         try:
             text_format.Parse(f.read(), cfg)
         except text_format.ParseError as e:
             raise ValueError(f"bad --model_config_file {path}: {e}") from None
+    if cfg.HasField("custom_model_config"):
+        raise ValueError(f"--model_config_file {path}: custom_model_config is not supported")
     out = {}
     for m in cfg.model_config_list.config:
+        where = f"--model_config_file {path}, model '{m.name}'"
+        if not m.name or not m.base_path:
+            raise ValueError(f"{where}: needs a name and a base_path")
+        if m.name in out:
+            raise ValueError(f"{where}: listed twice")
+        if m.model_platform not in ("", "tensorflow"):
+            raise ValueError(f"{where}: model_platform '{m.model_platform}' is not supported "
+                             "(only tensorflow)")
+        if m.HasField("logging_config"):
+            raise ValueError(f"{where}: logging_config (request logging) is not supported")
         policy = m.model_version_policy
-        n = policy.latest.num_versions if policy.HasField("latest") else 1
-        out[m.name] = (m.base_path, n or 1)
+        which = policy.WhichOneof("policy_choice")
+        labels = {k: int(v) for k, v in m.version_labels.items()}
+        try:
+            if which == "specific":
+                out[m.name] = ModelSpec(m.base_path, "specific",
+                                        versions=tuple(int(v) for v in policy.specific.versions),
+                                        labels=labels)
+            elif which == "all":
+                out[m.name] = ModelSpec(m.base_path, "all", labels=labels)
+            else:
+                n = policy.latest.num_versions if which == "latest" else 1
+                out[m.name] = ModelSpec(m.base_path, "latest", num_versions=n or 1, labels=labels)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
     if not out:
         raise ValueError(f"--model_config_file {path} lists no model")
     return out
 
 
-class Server:
-    """The running servers; `stop()` shuts them down. Used by main() and by tests."""
+def as_model_spec(spec) -> ModelSpec:
+    """A ModelSpec, a base path (its latest version), or (base path, num_versions)."""
+    if isinstance(spec, ModelSpec):
+        return spec
+    if isinstance(spec, tuple):
+        base, n = spec
+        return ModelSpec(str(base), "latest", num_versions=int(n))
+    return ModelSpec(str(spec))
 
-    def __init__(self, models: dict[str, tuple[str, int]], host: str = "127.0.0.1",
-                 port: int = 8500, rest_port: int = 0, batching: BatchingParameters | None = None,
-                 poll_seconds: float = 1.0, max_request_bytes: int = 10 * 2**20,
-                 grpc_workers: int = 32):
-        self.registry = ModelRegistry(
-            {name: ServedModel(name, base, n) for name, (base, n) in models.items()}, poll_seconds)
-        self.registry.start()
-        self.predictor = Predictor(self.registry, batching, max_request_bytes)
-        # gRPC accepts messages well over max_request_bytes, so an oversized article gets our
-        # INVALID_ARGUMENT with a reason rather than a transport error.
-        limit = max(4 * max_request_bytes, 64 * 2**20)
-        self.grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=grpc_workers),
-            options=[("grpc.max_receive_message_length", limit),
-                     ("grpc.max_send_message_length", limit)])
-        prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-            PredictionServicer(self.predictor), self.grpc)
-        model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(self.registry), self.grpc)
-        self.port = self.grpc.add_insecure_port(f"{host}:{port}")
-        if self.port == 0:
-            raise ValueError(f"cannot bind gRPC to {host}:{port}")
-        self.grpc.start()
+
+class Server:
+    """The running servers; `stop()` shuts them down. Used by main() and by tests.
+
+    Args:
+      models: {name: ModelSpec, base path, or (base path, num_versions)}.
+      options: ServerOptions; keyword arguments override its fields.
+    """
+
+    def __init__(self, models: dict, options: ServerOptions | None = None, **overrides):
+        opts = dataclasses.replace(options or ServerOptions(), **overrides).validate()
+        self.options = opts
+        self.metrics = Metrics()
+        self.scheduler = None
+        if opts.batching is not None:
+            self.scheduler = BatchScheduler(opts.batching)
+        limits = validation.Limits(opts.max_request_bytes, opts.max_batch_rows)
+        self.registry = ModelRegistry({}, opts.poll_seconds)
+        self.predictor = Predictor(self.registry, limits, self.scheduler, self.metrics)
+        if self.scheduler is not None:
+            self.scheduler.on_batch = self.predictor.on_batch
+        for name, spec in models.items():
+            spec = as_model_spec(spec)
+            self.registry.models[name] = ServedModel(
+                name, spec, load=self._load, on_unload=self.predictor.retire,
+                load_retry_interval_s=opts.load_retry_interval_s,
+                max_load_retries=opts.max_load_retries)
+        self.grpc = None
         self.http = None
         self.rest_port = None
-        if rest_port is not None:  # 0 picks a free port
-            self.http = ThreadingHTTPServer(
-                (host, rest_port), make_rest_handler(self.predictor, self.registry, limit))
-            self.http.daemon_threads = True
-            self.rest_port = self.http.server_address[1]
-            threading.Thread(target=self.http.serve_forever, daemon=True, name="rest").start()
+        try:
+            self.registry.start()
+            self._start_grpc(opts)
+            if opts.rest_port not in (None, 0):
+                self._start_rest(opts)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _load(self, name: str, version: int, path: str) -> LoadedVersion:
+        """Loads a version and replays its warm-up requests before it may serve."""
+        loaded = LoadedVersion(name, version, path)
+        if self.options.enable_warmup:
+            try:
+                requests = warmup.read_requests(path)
+                n = warmup.replay(self.predictor, loaded, requests, self.options.warmup_iterations)
+            except Exception:
+                self.predictor.retire(loaded)
+                raise
+            if n:
+                log.info("model %s version %d: replayed %d warm-up requests", name, version, n)
+        return loaded
+
+    def _start_grpc(self, opts: ServerOptions) -> None:
+        # gRPC accepts messages over max_request_bytes, so an oversized article gets our
+        # INVALID_ARGUMENT with a reason rather than a transport error.
+        limit = max(4 * opts.max_request_bytes, 64 * 2**20)
+        self.grpc = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=opts.grpc_max_threads,
+                                       thread_name_prefix="grpc"),
+            options=[("grpc.max_receive_message_length", limit),
+                     ("grpc.max_send_message_length", limit)],
+            maximum_concurrent_rpcs=opts.grpc_max_concurrent_rpcs)
+        grpc_service.add_to_server(
+            grpc_service.Services(self.predictor, self.registry, self.metrics), self.grpc)
+        self.port = self.grpc.add_insecure_port(f"{opts.host}:{opts.port}")
+        if self.port == 0:
+            raise ValueError(f"cannot bind gRPC to {opts.host}:{opts.port}")
+        self.grpc.start()
+
+    def _start_rest(self, opts: ServerOptions) -> None:
+        app = rest_service.RestApp(self.predictor, self.registry, self.metrics,
+                                   opts.metrics_path, opts.rest_api_timeout_s)
+        self._http_map: dict = {}
+        self.http = rest_service.make_server(
+            app, opts.host, 0 if opts.rest_port == "auto" else opts.rest_port,
+            opts.rest_api_num_threads, opts.rest_api_max_connections,
+            opts.rest_api_idle_timeout_s, 2 * opts.max_request_bytes, self._http_map)
+        self.rest_port = int(self.http.effective_port)
+        self._http_thread = threading.Thread(target=self.http.run, daemon=True, name="rest-io")
+        self._http_thread.start()
 
     def stop(self) -> None:
+        if self.http is not None:
+            from waitress import wasyncore
+
+            self.http.task_dispatcher.shutdown(timeout=5)
+            wasyncore.close_all(self._http_map)  # the I/O loop ends with its map empty
+            self._http_thread.join(timeout=10)
+            self.http = None
+        if self.grpc is not None:
+            self.grpc.stop(grace=2).wait()
+            self.grpc = None
+        if self.scheduler is not None:
+            self.scheduler.close()
         self.registry.stop()
-        if self.http:
-            self.http.shutdown()
-        self.grpc.stop(grace=2).wait()
+
+
+def _flag_bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _rest_port(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a port number, 0 or auto, got '{text}'") \
+            from None
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m serving.server", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m serving.server",
+                                description=__doc__.splitlines()[0])
+    d = ServerOptions()
+    flag = dict(nargs="?", const=True, type=_flag_bool)
     p.add_argument("--port", type=int, default=8500, help="gRPC port (0: any free port)")
-    p.add_argument("--rest_api_port", type=int, default=8501, help="REST port (-1: no REST)")
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback only)")
+    p.add_argument("--rest_api_port", type=_rest_port, default=0,
+                   help="REST port; 0 (default): no REST, as in TF Serving; auto: any free port")
+    p.add_argument("--host", default=d.host, help="address to bind (default loopback only)")
     p.add_argument("--model_name", default="default")
     p.add_argument("--model_base_path")
     p.add_argument("--model_config_file")
-    p.add_argument("--enable_batching", action="store_true")
-    p.add_argument("--batching_parameters_file")
-    p.add_argument("--file_system_poll_wait_seconds", type=float, default=1.0)
     p.add_argument("--num_versions", type=int, default=1,
-                   help="how many of the highest versions stay loaded (model_spec.version picks one)")
-    p.add_argument("--max_request_bytes", type=int, default=10 * 2**20)
+                   help="with --model_base_path: how many of the highest versions stay loaded")
+    p.add_argument("--enable_batching", default=False, **flag)
+    p.add_argument("--batching_parameters_file")
+    p.add_argument("--file_system_poll_wait_seconds", type=float, default=d.poll_seconds)
+    p.add_argument("--max_num_load_retries", type=int, default=d.max_load_retries)
+    p.add_argument("--load_retry_interval_micros", type=int,
+                   default=int(d.load_retry_interval_s * 1e6),
+                   help="first wait before a failed version is retried; it doubles each retry")
+    p.add_argument("--enable_model_warmup", default=d.enable_warmup, **flag)
+    p.add_argument("--num_request_iterations_for_warmup", type=int, default=d.warmup_iterations)
+    p.add_argument("--monitoring_config_file",
+                   help="MonitoringConfig text file; prometheus_config { enable: true } serves "
+                        "metrics on the REST port")
+    p.add_argument("--grpc_max_threads", type=int, default=d.grpc_max_threads)
+    p.add_argument("--grpc_max_concurrent_rpcs", type=int, default=d.grpc_max_concurrent_rpcs,
+                   help="RPCs in progress or waiting for a thread; more get RESOURCE_EXHAUSTED")
+    p.add_argument("--rest_api_num_threads", type=int, default=d.rest_api_num_threads)
+    p.add_argument("--rest_api_timeout_in_ms", type=int, default=int(d.rest_api_timeout_s * 1000),
+                   help="deadline of a REST request (0: none)")
+    p.add_argument("--rest_api_max_connections", type=int, default=d.rest_api_max_connections,
+                   help="open REST connections at most; more wait in the listen backlog")
+    p.add_argument("--rest_api_idle_timeout_seconds", type=float,
+                   default=d.rest_api_idle_timeout_s,
+                   help="an idle or stalled REST connection is closed after this")
+    p.add_argument("--max_request_bytes", type=int, default=d.max_request_bytes,
+                   help="bytes of a request's input tensors at most (REST bodies: twice that)")
+    p.add_argument("--max_batch_rows", type=int, default=d.max_batch_rows,
+                   help="rows (dimension 0) of a request's inputs at most")
     return p
+
+
+def options_from_args(args) -> tuple[dict, ServerOptions]:
+    """Parsed flags -> (models, ServerOptions); ValueError or OSError for a bad flag or file."""
+    if args.model_config_file:
+        models = read_model_config(args.model_config_file)
+    elif args.model_base_path:
+        models = {args.model_name: ModelSpec(args.model_base_path, "latest",
+                                             num_versions=args.num_versions)}
+    else:
+        raise ValueError("give --model_base_path (with --model_name) or --model_config_file")
+    batching = None
+    if args.enable_batching:
+        batching = BatchingParameters()
+        if args.batching_parameters_file:
+            with open(args.batching_parameters_file) as f:
+                batching = parse_batching_parameters(f.read())
+    elif args.batching_parameters_file:
+        raise ValueError("--batching_parameters_file needs --enable_batching")
+    metrics_path = None
+    if args.monitoring_config_file:
+        with open(args.monitoring_config_file) as f:
+            metrics_path = parse_monitoring_config(f.read())
+        if metrics_path and args.rest_api_port == 0:
+            raise ValueError("--monitoring_config_file serves metrics on the REST port: give "
+                             "--rest_api_port")
+    opts = ServerOptions(
+        host=args.host, port=args.port, rest_port=args.rest_api_port,
+        poll_seconds=args.file_system_poll_wait_seconds, max_request_bytes=args.max_request_bytes,
+        max_batch_rows=args.max_batch_rows, grpc_max_threads=args.grpc_max_threads,
+        grpc_max_concurrent_rpcs=args.grpc_max_concurrent_rpcs,
+        rest_api_num_threads=args.rest_api_num_threads,
+        rest_api_timeout_s=args.rest_api_timeout_in_ms / 1000 or None,
+        rest_api_max_connections=args.rest_api_max_connections,
+        rest_api_idle_timeout_s=args.rest_api_idle_timeout_seconds, metrics_path=metrics_path,
+        enable_warmup=args.enable_model_warmup,
+        warmup_iterations=args.num_request_iterations_for_warmup,
+        load_retry_interval_s=args.load_retry_interval_micros / 1e6,
+        max_load_retries=args.max_num_load_retries, batching=batching)
+    return models, opts.validate()
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # queue depth: see metrics
     args = build_parser().parse_args(argv)
     try:
-        if args.model_config_file:
-            models = read_model_config(args.model_config_file)
-        elif args.model_base_path:
-            models = {args.model_name: (args.model_base_path, args.num_versions)}
-        else:
-            raise ValueError("give --model_base_path (with --model_name) or --model_config_file")
-        batching = None
-        if args.enable_batching:
-            batching = BatchingParameters()
-            if args.batching_parameters_file:
-                with open(args.batching_parameters_file) as f:
-                    batching = parse_batching_parameters(f.read())
-        server = Server(models, args.host, args.port,
-                        args.rest_api_port if args.rest_api_port >= 0 else None, batching,
-                        args.file_system_poll_wait_seconds, args.max_request_bytes)
+        models, opts = options_from_args(args)
+        server = Server(models, opts)
     except (ValueError, OSError) as e:
         print(f"serving.server: error: {e}", file=sys.stderr)
         return 2
     for name, m in server.registry.models.items():
-        if m.get() is None:
-            log.warning("model %s: no loadable version under %s yet; polling", name, m.base_path)
-    rest = f", REST on {args.host}:{server.rest_port}" if server.rest_port else ""
-    log.info("serving %s: gRPC on %s:%d%s", ", ".join(server.registry.models), args.host,
+        if not m.has_loaded():
+            log.warning("model %s: no loadable version yet; polling", name)
+    rest = f", REST on {opts.host}:{server.rest_port}" if server.rest_port else ""
+    log.info("serving %s: gRPC on %s:%d%s", ", ".join(server.registry.models), opts.host,
              server.port, rest)
     print(f"READY grpc={server.port} rest={server.rest_port or ''}", flush=True)
     done = threading.Event()

@@ -1,0 +1,259 @@
+"""TF Serving's REST API as a WSGI application, served by waitress.
+
+    GET  /v1/models/NAME[/versions/V | /labels/L]            model status
+    GET  /v1/models/NAME[/versions/V | /labels/L]/metadata   signature defs
+    POST /v1/models/NAME[/versions/V | /labels/L]:predict    {"instances": ...} or {"inputs": ...}
+    GET  /monitoring/prometheus/metrics                       (with --monitoring_config_file)
+
+waitress does the HTTP: its channels are read and parsed on one asynchronous I/O loop, so idle
+or slow connections hold no thread; at most `connection_limit` connections are open, each idle
+one is closed after `channel_timeout`; a body over `max_request_body_size` (by Content-Length,
+or as it arrives when chunked) is answered 413 without being read; a malformed request line,
+header or Content-Length (negative, not a number) is answered 400. Only complete requests reach
+this application, on a bounded pool of `threads`.
+
+Errors are `{"error": "..."}` with TF Serving's HTTP status for the gRPC code (serving.status).
+The version a request names is resolved once, so a swap in between cannot answer 404.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import numpy as np
+from google.protobuf import json_format
+
+from serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from serving.metrics import Metrics
+from serving.models import ModelRegistry
+from serving.predict import DEFAULT_SIGNATURE, Predictor
+from serving.status import HTTP_STATUS, Code, from_exception, invalid, not_found
+
+log = logging.getLogger("serving")
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+            412: "Precondition Failed", 429: "Too Many Requests", 499: "Client Closed Request",
+            500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
+            504: "Gateway Timeout"}
+
+
+def _json_value(v):
+    """numpy outputs -> JSON values (bytes as UTF-8 text, as TF Serving does for non-binary
+    outputs)."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, np.ndarray):
+        return [_json_value(x) for x in v] if v.ndim else _json_value(v.item())
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+class _Route:
+    __slots__ = ("name", "version", "label", "tail", "verb")
+
+    def __init__(self, name, version, label, tail, verb):
+        self.name, self.version, self.label, self.tail, self.verb = name, version, label, tail, verb
+
+
+def parse_model_path(path: str) -> _Route:
+    """'/v1/models/NAME[/versions/V|/labels/L][/metadata][:verb]' -> _Route; RequestError."""
+    rest = path[len("/v1/models/"):]
+    verb = None
+    if ":" in rest:
+        rest, verb = rest.rsplit(":", 1)
+    parts = rest.split("/")
+    name, version, label, tail = parts[0], None, None, parts[1:]
+    if not name:
+        raise not_found("no model name in the path")
+    if len(tail) >= 2 and tail[0] == "versions":
+        if not (tail[1].isascii() and tail[1].isdigit() and len(tail[1]) <= 19):
+            raise invalid(f"bad version '{tail[1][:40]}' in the path: versions are numbers")
+        version, tail = int(tail[1]), tail[2:]
+    elif len(tail) >= 2 and tail[0] == "labels":
+        if not tail[1]:
+            raise invalid("empty version label in the path")
+        label, tail = tail[1], tail[2:]
+    return _Route(name, version, label, tail, verb)
+
+
+class RestApp:
+    """The WSGI application.
+
+    Args:
+      predictor, registry, metrics: the server's parts; metrics_path: where the Prometheus
+      text is served (None: not served); timeout_s: each request's deadline
+      (--rest_api_timeout_in_ms).
+    """
+
+    def __init__(self, predictor: Predictor, registry: ModelRegistry, metrics: Metrics | None,
+                 metrics_path: str | None, timeout_s: float | None):
+        self.predictor = predictor
+        self.registry = registry
+        self.metrics = metrics
+        self.metrics_path = metrics_path
+        self.timeout_s = timeout_s
+
+    def __call__(self, environ, start_response):
+        started = time.perf_counter()
+        method = environ.get("REQUEST_METHOD", "GET")
+        # WSGI gives the path as latin-1 text of the raw (percent-decoded) bytes.
+        raw_path = environ.get("PATH_INFO", "")
+        model, seen, api, code, payload = "", {}, "other", Code.OK, None
+        try:
+            try:
+                path = raw_path.encode("latin-1").decode("utf-8")
+            except UnicodeError:
+                raise invalid("the request path is not UTF-8") from None
+            if self.metrics_path and path == self.metrics_path:
+                if method != "GET":
+                    raise invalid(f"{self.metrics_path} takes GET")
+                body = self.metrics.exposition()
+                start_response("200 OK", [("Content-Type", METRICS_CONTENT_TYPE),
+                                          ("Content-Length", str(len(body)))])
+                return [body]
+            if not path.startswith("/v1/models/"):
+                raise not_found("unknown path; TF Serving's REST API is under /v1/models/")
+            route = parse_model_path(path)
+            served = self.registry.model(route.name)
+            model = served.name
+            if method == "POST":
+                api = "predict"
+                payload = self._predict(environ, route, seen)
+            elif method == "GET":
+                api = "metadata" if route.tail == ["metadata"] else "status"
+                payload = self._get(served, route, seen)
+            else:
+                raise invalid(f"method {method[:20]} is not supported; use GET or POST")
+        except Exception as e:  # noqa: BLE001  (every failure becomes a proper status)
+            err = from_exception(e)
+            if err.code == Code.INTERNAL:
+                log.exception("REST request failed")
+            code, payload = err.code, {"error": err.message}
+        finally:
+            if self.metrics is not None and api != "other":
+                self.metrics.observe_request(model, seen.get("version"), api, "rest", code.name,
+                                             started)
+        status = HTTP_STATUS.get(code, 500)
+        body = json.dumps(payload).encode()
+        start_response(f"{status} {_REASONS.get(status, 'Error')}",
+                       [("Content-Type", "application/json"),
+                        ("Content-Length", str(len(body)))])
+        return [body]
+
+    # -- GET: status and metadata -----------------------------------------------------------
+
+    def _get(self, served, route: _Route, seen: dict):
+        if route.verb:
+            raise invalid(f":{route.verb[:40]} needs POST")
+        if route.tail == ["metadata"]:
+            loaded = served.resolve(route.version, route.label)
+            seen["version"] = loaded.version
+            sigs = {k: json_format.MessageToDict(v) for k, v in loaded.signature_defs.items()}
+            return ({"model_spec": {"name": loaded.name, "signature_name": "",
+                                    "version": str(loaded.version)},
+                     "metadata": {"signature_def": {"signature_def": sigs}}})
+        if route.tail:
+            raise not_found("unknown path under /v1/models/NAME")
+        want = route.version
+        if route.label is not None:
+            want = served.resolve(label=route.label).version
+        statuses = [{"version": str(v), "state": s,
+                     "status": {"error_code": "UNKNOWN" if m else "OK", "error_message": m}}
+                    for v, s, m in served.status() if want is None or v == want]
+        if not statuses:
+            raise not_found(f"version {want} of model '{served.name}' is unknown")
+        seen["version"] = want
+        return {"model_version_status": statuses}
+
+    # -- POST :predict ----------------------------------------------------------------------
+
+    def _read_json(self, environ) -> dict:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise invalid("bad Content-Length") from None
+        raw = environ["wsgi.input"].read(length) if length > 0 else b""
+        if len(raw) != length:
+            raise invalid("the request body ended early")
+        try:
+            body = json.loads(raw.decode("utf-8"))
+        except ValueError as e:  # not UTF-8, not JSON, or an integer of over 4,300 digits
+            raise invalid(f"request body is not valid UTF-8 JSON: {str(e)[:200]}") from None
+        except RecursionError:
+            raise invalid("request body is nested too deeply") from None
+        if not isinstance(body, dict):
+            raise invalid("request body must be a JSON object")
+        return body
+
+    def _predict(self, environ, route: _Route, seen: dict):
+        deadline = None if self.timeout_s is None else time.monotonic() + self.timeout_s
+        if route.verb != "predict" or route.tail:
+            if route.verb in ("classify", "regress"):
+                raise invalid(f":{route.verb} is not supported by this server; use :predict")
+            raise invalid("unsupported POST path (use /v1/models/NAME[/versions/V]:predict)")
+        body = self._read_json(environ)
+        sig_name = body.get("signature_name") or DEFAULT_SIGNATURE
+        if not isinstance(sig_name, str):
+            raise invalid("signature_name must be a string")
+        loaded = self.predictor.resolve(route.name, route.version, route.label)  # once
+        seen["version"] = loaded.version
+        sig = self.predictor.signature(loaded, sig_name)
+        if ("instances" in body) == ("inputs" in body):
+            raise invalid("request needs exactly one of 'instances' or 'inputs'")
+        names = list(sig.inputs)
+        if "instances" in body:  # row format: a list of rows, or of {input: row} objects
+            inst = body["instances"]
+            if not isinstance(inst, list):
+                raise invalid("'instances' must be a list")
+            if inst and all(isinstance(x, dict) for x in inst) and not (
+                    len(names) == 1 and set(inst[0]) == {"b64"}):
+                keys = set().union(*(x.keys() for x in inst))
+                self.predictor.check_names(sig, keys)
+                if any(set(x) != keys for x in inst):
+                    raise invalid("every instance must name the same inputs")
+                values = {k: [x[k] for x in inst] for k in keys}
+            elif len(names) == 1:
+                values = {names[0]: inst}
+            else:
+                raise invalid(f"signature '{sig.name}' takes inputs {sorted(names)}: each "
+                              "instance must be an object naming them")
+        else:  # columnar format
+            raw_inputs = body["inputs"]
+            one_b64 = len(names) == 1 and isinstance(raw_inputs, dict) and set(raw_inputs) == {"b64"}
+            if isinstance(raw_inputs, dict) and not one_b64:
+                values = raw_inputs
+            elif len(names) == 1:
+                values = {names[0]: raw_inputs}
+            else:
+                raise invalid("'inputs' must name each input of this signature")
+        inputs = self.predictor.inputs_from_json(loaded, sig, values)
+        outputs = self.predictor.predict(loaded, sig, inputs, deadline)
+        if "instances" in body:
+            out_names = list(outputs)
+            n = len(next(iter(outputs.values()))) if outputs else 0
+            if len(out_names) == 1:
+                preds = [_json_value(outputs[out_names[0]][i]) for i in range(n)]
+            else:
+                preds = [{k: _json_value(outputs[k][i]) for k in out_names} for i in range(n)]
+            return {"predictions": preds}
+        outs = {k: _json_value(v) for k, v in outputs.items()}
+        return {"outputs": outs if len(outs) > 1 else next(iter(outs.values()))}
+
+
+def make_server(app: RestApp, host: str, port: int, threads: int, connection_limit: int,
+                channel_timeout_s: float, max_body_bytes: int, socket_map: dict):
+    """A waitress server for `app` (not started: call .run() on a thread). Its I/O loop runs
+    while `socket_map` holds channels: `waitress.wasyncore.close_all(socket_map)` ends it."""
+    from waitress.server import create_server
+
+    return create_server(
+        app, map=socket_map, host=host, port=port, threads=threads,
+        connection_limit=connection_limit,
+        channel_timeout=max(1, round(channel_timeout_s)),
+        cleanup_interval=max(1, min(30, round(channel_timeout_s))),  # how often idle ones close
+        max_request_body_size=max_body_bytes + 1,  # waitress refuses at >= the limit
+        max_request_header_size=64 * 1024, asyncore_use_poll=True,  # poll: no 1,024-fd limit
+        backlog=2048, expose_tracebacks=False, ident="pgn_tf-serving")

@@ -1,0 +1,192 @@
+"""serving.batching: TF Serving's batching parameters, every field honoured or refused."""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
+from serving.status import Code, RequestError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def rows(*values):
+    return {"a": np.array([str(v).encode() for v in values], dtype=object)}
+
+
+class Recorder:
+    """A run function that records the batches it was given and echoes its input."""
+
+    def __init__(self, delay=0.0, gate=None):
+        self.batches = []
+        self.delay = delay
+        self.gate = gate
+        self.lock = threading.Lock()
+
+    def __call__(self, inputs):
+        if self.gate is not None:
+            self.gate.wait(10)
+        time.sleep(self.delay)
+        with self.lock:
+            self.batches.append([x.decode() for x in inputs["a"]])
+        return {"out": inputs["a"]}
+
+
+def concurrently(fns):
+    results, threads = [None] * len(fns), []
+    for i, fn in enumerate(fns):
+        def run(i=i, fn=fn):
+            try:
+                results[i] = fn()
+            except Exception as e:  # noqa: BLE001
+                results[i] = e
+        threads.append(threading.Thread(target=run))
+        threads[-1].start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def test_the_shipped_config_parses_and_splits_large_requests():
+    with open(os.path.join(ROOT, "serving", "batching.config")) as f:
+        p = parse_batching_parameters(f.read())
+    assert p.enable_large_batch_splitting and p.max_batch_size == 256
+    assert p.execution_batch_size == p.max_execution_batch_size == 32
+
+
+@pytest.mark.parametrize("text, message", [
+    ("max_batch_size: 3", "bad batching parameters"),
+    ("unknown_field { value: 1 }", "bad batching parameters"),
+    ("max_batch_size { value: 0 }", "max_batch_size must be positive"),
+    ("max_batch_size { value: 8 } allowed_batch_sizes: 4", "the last of allowed_batch_sizes"),
+    ("max_batch_size { value: 8 } allowed_batch_sizes: 4 allowed_batch_sizes: 2 "
+     "allowed_batch_sizes: 8", "strictly increasing"),
+    ("max_execution_batch_size { value: 4 }", "only used with enable_large_batch_splitting"),
+    ("max_batch_size { value: 64 } max_enqueued_batches { value: 2 } "
+     "enable_large_batch_splitting { value: true } max_execution_batch_size { value: 8 }",
+     "can never fit the queue"),
+])
+def test_bad_parameters_are_refused_at_start_up(text, message):
+    with pytest.raises(ValueError, match=message):
+        parse_batching_parameters(text)
+
+
+def test_concurrent_requests_are_merged_and_split_back():
+    run = Recorder(delay=0.05)
+    s = BatchScheduler(BatchingParameters(max_batch_size=8, batch_timeout_micros=100_000,
+                                          num_batch_threads=1), on_batch=None)
+    try:
+        out = concurrently([lambda i=i: s.submit("k", run, rows(i, i + 10)) for i in range(3)])
+    finally:
+        s.close()
+    for i, o in enumerate(out):
+        assert [x.decode() for x in o["out"]] == [str(i), str(i + 10)]
+    assert sum(len(b) for b in run.batches) == 6 and len(run.batches) < 3
+
+
+def test_a_request_over_max_batch_size_is_invalid_not_resource_exhausted():
+    s = BatchScheduler(BatchingParameters(max_batch_size=4, num_batch_threads=1))
+    try:
+        with pytest.raises(RequestError) as e:
+            s.submit("k", Recorder(), rows(*range(5)))
+        assert e.value.code == Code.INVALID_ARGUMENT and "max_batch_size of 4" in e.value.message
+    finally:
+        s.close()
+
+
+def test_large_batch_splitting_runs_pieces_and_reassembles_them():
+    run = Recorder()
+    seen = []
+    s = BatchScheduler(BatchingParameters(max_batch_size=10, batch_timeout_micros=0,
+                                          num_batch_threads=2, max_enqueued_batches=4,
+                                          enable_large_batch_splitting=True,
+                                          max_execution_batch_size=3),
+                       on_batch=lambda key, n, padded: seen.append((n, padded)))
+    try:
+        out = s.submit("k", run, rows(*range(10)))
+    finally:
+        s.close()
+    assert [x.decode() for x in out["out"]] == [str(i) for i in range(10)]
+    assert sorted(len(b) for b in run.batches) == [1, 3, 3, 3]
+    assert sorted(seen) == [(1, 1), (3, 3), (3, 3), (3, 3)]
+
+
+def test_allowed_batch_sizes_pad_with_the_first_row_and_drop_its_outputs():
+    run = Recorder()
+    seen = []
+    s = BatchScheduler(BatchingParameters(max_batch_size=8, batch_timeout_micros=0,
+                                          num_batch_threads=1, allowed_batch_sizes=(2, 4, 8)),
+                       on_batch=lambda key, n, padded: seen.append((n, padded)))
+    try:
+        out = s.submit("k", run, rows(7, 8, 9))
+    finally:
+        s.close()
+    assert run.batches == [["7", "8", "9", "7"]]
+    assert [x.decode() for x in out["out"]] == ["7", "8", "9"] and seen == [(3, 4)]
+
+
+def test_variable_length_inputs_are_padded_only_when_asked():
+    def run(inputs):
+        return {"out": inputs["a"]}
+
+    a = {"a": np.ones([1, 2], np.float32)}
+    b = {"a": np.ones([1, 3], np.float32)}
+    for pad, shapes in [(True, {(1, 3)}), (False, {(1, 2), (1, 3)})]:
+        s = BatchScheduler(BatchingParameters(max_batch_size=4, batch_timeout_micros=200_000,
+                                              num_batch_threads=1, pad_variable_length_inputs=pad))
+        try:
+            out = concurrently([lambda s=s: s.submit("k", run, a),
+                                lambda s=s: s.submit("k", run, b)])
+        finally:
+            s.close()
+        assert {o["out"].shape for o in out} == shapes
+        if pad:
+            assert out[0]["out"].tolist() == [[1.0, 1.0, 0.0]]
+
+
+def test_full_queue_refuses_with_resource_exhausted_and_expired_work_is_dropped():
+    gate = threading.Event()
+    run = Recorder(gate=gate)
+    s = BatchScheduler(BatchingParameters(max_batch_size=1, batch_timeout_micros=0,
+                                          max_enqueued_batches=1, num_batch_threads=1))
+    try:
+        first = threading.Thread(target=lambda: s.submit("k", run, rows("first")))
+        first.start()
+        deadline = time.monotonic() + 5
+        while not s._queues["k"].rows == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the first request left the queue for the (blocked) batch thread
+        expired = concurrently([lambda: s.submit("k", run, rows("late"),
+                                                 deadline=time.monotonic() + 0.2)])[0]
+        assert isinstance(expired, RequestError) and expired.code == Code.DEADLINE_EXCEEDED
+        queued = threading.Thread(target=lambda: s.submit("k", run, rows("queued")))
+        queued.start()
+        time.sleep(0.1)
+        with pytest.raises(RequestError) as e:
+            s.submit("k", run, rows("over"))
+        assert e.value.code == Code.RESOURCE_EXHAUSTED
+        gate.set()
+        first.join(10)
+        queued.join(10)
+    finally:
+        gate.set()
+        s.close()
+    assert run.batches == [["first"], ["queued"]]  # "late" expired and never ran
+
+
+def test_retired_queues_drain_then_disappear_with_a_fixed_thread_pool():
+    s = BatchScheduler(BatchingParameters(max_batch_size=4, batch_timeout_micros=0,
+                                          num_batch_threads=2))
+    threads = threading.active_count()
+    try:
+        for version in range(20):
+            owner = object()
+            assert s.submit((owner, "sig"), Recorder(), rows(version))["out"].tolist() == \
+                [str(version).encode()]
+            s.retire(owner)
+        assert s.queue_count() == 0
+        assert threading.active_count() == threads
+    finally:
+        s.close()
