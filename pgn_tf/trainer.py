@@ -179,7 +179,8 @@ class Trainer:
             "src_tokens": tf.cast(tf.reduce_sum(batch["enc_len"]), tf.float32),
             "tgt_tokens": tf.cast(tf.reduce_sum(batch["dec_len"]), tf.float32),
         }
-        for key in ("coverage", "reward_sample", "reward_greedy", "sample_capped"):
+        for key in ("coverage", "reward_sample", "reward_greedy", "sample_capped",
+                    "advantage_abs", "advantage_zero"):
             if key in terms:
                 report["coverage_loss" if key == "coverage" else key] = (
                     tf.reduce_sum(terms[key]) * scale)
