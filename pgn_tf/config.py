@@ -329,10 +329,15 @@ def debian_coverage() -> Config:
 
 
 def debian_paulus() -> Config:
-    """Paulus et al. with a 2x64 encoder (decoder 128), 64-wide embeddings: ML for 50 minutes;
-    `--set train.objective=mixed --set train.max_minutes=10` in the same dir adds the RL phase."""
-    cfg = _debian(paulus2017(), 50)
+    """Paulus et al. with a 2x64 encoder (decoder 128), 64-wide embeddings: ML for 40 minutes;
+    `--set train.objective=mixed --set train.max_minutes=20` in the same dir adds the RL phase.
+    The switch is not supervised: the paper supervises u_t = 1 for named entities (a tagger we
+    do not have) and OOVs, so without the first half every in-vocabulary word is supervised as
+    generated, which on this corpus (73% of synopsis words occur in the article) cost 21.9
+    ROUGE-1 after 1,000 steps (17.95 vs 39.86 on 500 validation pairs, README "Quality")."""
+    cfg = _debian(paulus2017(), 40)
     cfg.model.hidden_dim = cfg.model.emb_dim = 64
+    cfg.train.pointer_supervision = False
     cfg.decode.beam_size = 4
     return cfg
 
