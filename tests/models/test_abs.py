@@ -90,6 +90,7 @@ def test_parallel_reader_derives_the_title_file(tmp_path):
         parallel.split_spec(str(tmp_path / "x.txt"))
 
 
+@pytest.mark.slow
 def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
     from pgn_tf import evaluate, export, train
     from pgn_tf.data import tfrecord

@@ -68,6 +68,7 @@ def test_teacher_forcing_equals_step_by_step_decoding():
     np.testing.assert_allclose(nll, total, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_ml_then_mixed_training_then_export_and_serve(corpus, tmp_path):
     from pgn_tf import export, train
     from serving.client import summarize
