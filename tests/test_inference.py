@@ -1,7 +1,6 @@
 """Decoding a trained model: copying, bad input, evaluate and summarize CLIs."""
 
 import json
-import os
 
 import numpy as np
 import pytest
@@ -85,18 +84,23 @@ def test_repetition_and_novelty_stats():
     assert stats["novel_1gram_pct"] == 20.0 and stats["repeat_token_outputs_pct"] == 100.0
 
 
-def test_summarize_cli_with_explain(trained_model_dir, validation, tmp_path, capsys):
+def test_summarize_cli_with_explain(trained_model_dir, summarizer, validation, tmp_path, capsys):
     html = tmp_path / "a.html"
     args = summarize.build_parser().parse_args(
         ["--model_dir", trained_model_dir, validation[0].article, "--explain", str(html)])
     summary = summarize.summarize(args)
-    assert summary and summary in capsys.readouterr().out
+    want = summarizer.summarize(tf.constant([validation[0].article]))
+    assert summary == want["summaries"].numpy()[0].decode() and summary in capsys.readouterr().out
     page = html.read_text()
-    assert "p_gen" in page and page.count("<tr><td><b>") >= 3  # a row per output word
+    n = int(want["length"][0])
+    assert n >= 3 and "p_gen" in page and page.count("<tr><td><b>") == n  # a row per word
     png = tmp_path / "a.png"
     args = summarize.build_parser().parse_args(
         ["--model_dir", trained_model_dir, validation[0].article, "--explain", str(png)])
     summarize.summarize(args)
     assert png.read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
     assert summarize.main(["--model_dir", str(tmp_path / "none"), "x"]) == 2
-    assert os.path.exists(trained_model_dir)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pgn_tf.summarize: error: model dir {tmp_path / 'none'} does not exist"]
+    assert not (tmp_path / "none").exists()  # reading a model dir never creates one
