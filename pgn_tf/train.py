@@ -215,8 +215,13 @@ PEER_LOST = (tf.errors.UnavailableError, tf.errors.AbortedError,
 
 
 def _first_line(message: str) -> str:
-    """The gist of a TF error message: its first line without the function-node prefix."""
-    lines = message.strip().splitlines() or [""]
+    """The gist of a TF error message: its first line of text, past the "Graph execution
+    error:" header, the indented traceback of where the op was defined and gRPC details."""
+    skip = ("Graph execution error", "Detected at node", "Additional GRPC error", ":UNKNOWN:")
+    lines = [line for line in message.splitlines()
+             if line.strip() and not line[0].isspace() and not line.startswith(skip)]
+    if not lines:
+        return message.strip()[:200]
     line = lines[0].split("}} ", 1)[-1]
     if line.endswith(":") and len(lines) > 1:  # "tasks are unhealthy ...:\n/job:worker/..."
         line += " " + lines[1].strip()

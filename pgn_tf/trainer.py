@@ -55,7 +55,8 @@ def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
 
 def barrier(strategy: tf.distribute.Strategy) -> None:
     """Returns when every worker has reached it (one all-reduce of a scalar)."""
-    strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+    tf.function(lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)),
+                                        axis=None))()
 
 
 class Trainer:
