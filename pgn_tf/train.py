@@ -14,6 +14,11 @@ al.'s final phase) from the previous phase's best checkpoint: the new coverage w
 zero and training continues with a fresh optimizer. Likewise `--set train.objective=mixed`
 (Paulus et al.'s ML+RL phase, for any model) continues with a fresh optimizer at
 train.rl_learning_rate; its best checkpoint is then the highest validation ROUGE.
+
+`--strategy multi_worker` (MultiWorkerMirroredStrategy): every worker runs the same command with
+its own TF_CONFIG; the chief (task "chief", or worker 0) alone writes the model dir, which every
+worker must see (a shared file system). When a worker dies the others stop with one error line;
+restarted, all of them resume from the last checkpoint, the data order continuing.
 """
 
 from __future__ import annotations
@@ -194,7 +199,7 @@ def run(args) -> dict:
     lock = DirLock(plan.mdir.path, what="model dir") if is_chief else contextlib.nullcontext()
     with lock:
         try:
-            return _train(plan, strategy, is_chief, args.quiet)
+            return _train(plan, strategy, args.quiet)
         except PEER_LOST as e:
             if num_workers == 1:
                 raise
@@ -228,11 +233,12 @@ def _first_line(message: str) -> str:
     return line
 
 
-def _train(plan: Plan, strategy: tf.distribute.Strategy, is_chief: bool, quiet: bool) -> dict:
+def _train(plan: Plan, strategy: tf.distribute.Strategy, quiet: bool) -> dict:
     """Every worker of a multi-worker run gets here; the chief alone writes the model dir:
     the data cache and the vocab first (the others wait at a barrier, then read them),
     config.json, checkpoints, TensorBoard logs and train_result.json."""
     cfg, mdir = plan.cfg, plan.mdir
+    is_chief, num_workers = worker_role(strategy)
     vocab = plan.vocab
     if is_chief:
         train_files, eval_files = plan.resolve_data()
@@ -241,7 +247,7 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, is_chief: bool, quiet: 
             vocab = dataset.build_vocab(train_files, cfg.data)
         if not os.path.exists(mdir.vocab_path):
             vocab.save(mdir.vocab_path)
-    if worker_role(strategy)[1] > 1:
+    if num_workers > 1:
         barrier(strategy)
     if not is_chief:
         train_files, eval_files = plan.resolve_data(write=False)
