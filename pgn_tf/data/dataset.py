@@ -73,13 +73,15 @@ def read_examples(path: str, fmt: str, stats: ReadStats):
     raise ValueError(f"unknown data format '{fmt}' (one of {', '.join(FORMATS)})")
 
 
-def resolve_files(path: str, cache_dir: str, fmt: str | None = None) -> list[str]:
+def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
+                  convert: bool = True) -> list[str]:
     """TFRecord files for a data path of any format.
 
     TFRecords (a file or glob) are used in place, their first records checked (the rest are
     checked as they are read, tfrecord.checked_records); other formats are converted
     once into `cache_dir` (keyed by the source's name, size and mtime) and reused after.
-    Raises ValueError naming the path when it is missing, empty or unreadable.
+    convert=False (a multi-worker run's non-chief workers: the chief converts) only finds the
+    cache. Raises ValueError naming the path when it is missing, empty or unreadable.
     """
     if not path:
         raise ValueError("no data path given")
@@ -101,6 +103,9 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None) -> list[str
     done = prefix + ".done"
     if tf.io.gfile.exists(done):
         return sorted(tf.io.gfile.glob(prefix + "-*.tfrecord"))
+    if not convert:
+        raise ValueError(f"data path {path}: its TFRecord cache {done} is missing; every worker "
+                         f"must see the same data path and model dir (a shared file system)")
     tf.io.gfile.makedirs(cache_dir)
     stats = ReadStats()
     files = tfrecord.write_tfrecords(read_examples(path, fmt, stats), prefix, 1)
@@ -113,6 +118,16 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None) -> list[str
     if stats.dropped:
         print(f"[pgn_tf] {path}: {stats.summary()}")
     return files
+
+
+def shard_by_data(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """Multi-worker input: every worker reads the same stream and keeps its part of each
+    global batch (tf.data AutoShardPolicy.DATA). File-based sharding would need at least as
+    many files as workers (a converted corpus is one file) and would make the batches depend on
+    the number of workers; by data, a seed gives the same global batches on any cluster."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
 
 
 def tokenize_fn(cfg: DataConfig):
