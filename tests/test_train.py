@@ -243,7 +243,8 @@ def test_rouge_selection_and_early_stopping(tmp_path, corpus):
         "--set", "train.select_by=rouge", "--set", "train.eval_rouge_examples=16",
         "--set", "train.eval_every=2", "--set", "train.early_stop_patience=1",
         "--set", "train.learning_rate=1e-12", "--set", "train.max_steps=50",
-        "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=8")
+        "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=8",
+        "--set", "decode.min_dec_steps=0")
     assert code == 0, err[-2000:]
     result = json.loads((tmp_path / "train_result.json").read_text())
     assert result["stopped_early"] and result["final_step"] == 4, out[-2000:]
