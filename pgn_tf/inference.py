@@ -18,7 +18,7 @@ from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
 from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
-from pgn_tf.decoding.beam_search import ARTICLE, beam_search, punctuation_exempt, tile_beams
+from pgn_tf.decoding.beam_search import ARTICLE, beam_search, tile_beams
 from pgn_tf.errors import UserError
 from pgn_tf.models import build_model
 
@@ -148,7 +148,8 @@ class Summarizer(tf.Module):
         replace_unk = dc.replace_unk and not dc.avoid_unk and self.has_attention()
         exempt = None
         if dc.block_repeated_words:
-            exempt = tf.constant(punctuation_exempt(self.vocab.words), tf.bool)  # [V]
+            exempt = tf.constant([w in vocab_lib.SPECIAL_TOKENS or not is_word(w)
+                                  for w in self.vocab.words], tf.bool)  # [V]
         extras = {"attn", "p_gen"} if verbose else ({"p_gen"} if with_p_gen else set())
         if replace_unk:
             extras.add("src_pos")
@@ -189,6 +190,12 @@ class Summarizer(tf.Module):
             out["attention"] = res["attn"]
             out["source_tokens"] = feats["enc_tokens"]
         return out
+
+
+def is_word(token: str) -> bool:
+    """A word token holds a letter or a digit; punctuation holds neither. The repeated-word
+    block (decode.block_repeated_words) and evaluate's word-repetition rates count these."""
+    return any(c.isalnum() for c in token)
 
 
 def tokens_to_sentences(tokens: list[str]) -> str:

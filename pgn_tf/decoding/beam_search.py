@@ -133,13 +133,6 @@ def gnmt_coverage_penalty(attn_sum: tf.Tensor, beta: float) -> tf.Tensor:
     return beta * tf.reduce_sum(tf.where(attn_sum > 0, logs, 0.0), axis=-1)
 
 
-def punctuation_exempt(words) -> list[bool]:
-    """The repeated-word block's exemption mask over a vocabulary's words: True for tokens
-    with no letter or digit (punctuation) and the special tokens ([PAD] [UNK] [START] [STOP])."""
-    return [(w.startswith("[") and w.endswith("]")) or not any(c.isalnum() for c in w)
-            for w in words]
-
-
 def constrain(
     log_probs: tf.Tensor,
     seq: tf.Tensor,
@@ -159,7 +152,7 @@ def constrain(
     - block_trigrams (Paulus et al. 2017): a token that would repeat a trigram already in the
       hypothesis gets probability 0;
     - repeat_exempt: bool [V] (V <= W; ids >= V count as words): a hypothesis may not emit a
-      token it already emitted unless exempt (the repeated-word block; `punctuation_exempt`).
+      token it already emitted unless exempt (the repeated-word block; inference.py builds it from the vocabulary).
     Banned entries become min(log p, -1e9).
     """
     n = tf.shape(log_probs)[0]
@@ -194,6 +187,37 @@ def constrain(
     idx = tf.stack([tf.concat([b[0] for b in blocks], 0), tf.concat([b[1] for b in blocks], 0)],
                    axis=1)  # [U, 2]
     return tf.tensor_scatter_nd_min(log_probs, idx, tf.concat([b[2] for b in blocks], 0))
+
+
+def top_candidates(log_probs: tf.Tensor, alive_logp: tf.Tensor, pool, chunk: int = 32):
+    """The `pool` best candidates (hypothesis, token) of each article by summed log-prob.
+
+    log_probs: float [b*K, W]; alive_logp: float [b, K]. Returns (scores float [b, P], beam
+    int32 [b, P], token int32 [b, P]), best first, P = min(pool, K * min(pool, W)).
+
+    Equal to top_k over the [b, K * W] sums (up to the order of exactly equal scores), with less
+    work: a hypothesis' own P best tokens are found among the P chunks of `chunk` columns with
+    the highest maxima (a chunk's maximum bounds its members, so no better token lies
+    elsewhere), and alive_logp, the same for a whole row, is added to those P only.
+    """
+    n, width = tf.shape(log_probs)[0], tf.shape(log_probs)[1]
+    b, k = tf.shape(alive_logp)[0], tf.shape(alive_logp)[1]
+    per_row = tf.minimum(pool, width)
+    chunks = (width + chunk - 1) // chunk
+    padded = tf.pad(log_probs, [[0, 0], [0, chunks * chunk - width]],
+                    constant_values=float("-inf"))
+    blocks = tf.reshape(padded, [n, chunks, chunk])
+    _, best_chunks = tf.math.top_k(tf.reduce_max(blocks, axis=2),
+                                   k=tf.minimum(per_row, chunks))  # [N, C']
+    picked = tf.reshape(tf.gather(blocks, best_chunks, batch_dims=1), [n, -1])  # [N, C' * c]
+    row_scores, pos = tf.math.top_k(picked, k=per_row)  # [N, P']
+    row_tokens = tf.gather(best_chunks, pos // chunk, batch_dims=1) * chunk + pos % chunk
+    sums = tf.reshape(tf.reshape(row_scores, [b, k, per_row]) + alive_logp[:, :, None],
+                      [b, k * per_row])
+    scores, idx = tf.math.top_k(sums, k=tf.minimum(pool, k * per_row))  # [b, P]
+    beam = idx // per_row
+    token = tf.gather(tf.reshape(row_tokens, [b, k * per_row]), idx, batch_dims=1)
+    return scores, beam, token
 
 
 def _recombined(cand_seq, is_stop, valid, step, window: int):
@@ -312,12 +336,7 @@ def beam_search(
         log_probs, state, step_ex = step_fn(lv["ids"], step, lv["state"])
         log_probs = constrain(tf.cast(log_probs, tf.float32), tf.reshape(lv["alive_seq"], [bk, T]),
                               step, stop_id, min_steps, unk_id, block_trigrams, repeat_exempt)
-        width = tf.shape(log_probs)[1]
-        scores = lv["alive_logp"][:, :, None] + tf.reshape(log_probs, [b, K, width])
-        top_scores, top_idx = tf.math.top_k(tf.reshape(scores, [b, K * width]),
-                                            k=tf.minimum(pool, K * width))  # [b, P]
-        beam_idx = top_idx // width
-        token = top_idx % width
+        top_scores, beam_idx, token = top_candidates(log_probs, lv["alive_logp"], pool)
         here = tf.equal(tf.range(T), step)  # [T]
         cand_seq = tf.where(here[None, None, :], token[:, :, None],
                             tf.gather(lv["alive_seq"], beam_idx, batch_dims=1))  # [b, P, T]

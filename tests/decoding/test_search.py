@@ -9,10 +9,12 @@ import tensorflow as tf
 from pgn_tf.decoding import greedy, sampling
 from pgn_tf.decoding.beam_search import (
     ARTICLE,
+    NEG_INF,
     beam_search,
     constrain,
     gnmt_coverage_penalty,
     tile_beams,
+    top_candidates,
 )
 from tests.decoding.see_reference import see_beam_search
 
@@ -356,3 +358,21 @@ def test_extras_and_src_pos_follow_the_best_hypothesis_after_compaction():
             assert res["p_gen"][row, t] == total % 3
             total, prev = total + prev, tok
         assert not res["attn"][row, n:].any() and not res["src_pos"][row, n:].any()
+
+
+@pytest.mark.parametrize("width,beam,pool", [(1000, 4, 8), (97, 3, 9), (5, 4, 8), (4, 4, 16)])
+def test_top_candidates_equal_a_full_top_k(width, beam, pool):
+    rng = np.random.default_rng(width)
+    b = 3
+    lp = rng.normal(scale=4.0, size=(b * beam, width)).astype("float32")
+    lp[0, :] = NEG_INF  # a row with nothing allowed
+    alive = rng.normal(size=(b, beam)).astype("float32")
+    alive[1, 1:] = NEG_INF  # dead beams
+    scores, bm, tok = top_candidates(tf.constant(lp), tf.constant(alive), pool, chunk=16)
+    full = (alive[:, :, None] + lp.reshape(b, beam, width)).reshape(b, -1)
+    k = min(pool, beam * min(pool, width))
+    want_scores, want_idx = tf.math.top_k(full, k)
+    np.testing.assert_array_equal(scores.numpy(), want_scores.numpy())
+    valid = want_scores.numpy() > NEG_INF / 2  # the order of equal invalid entries is free
+    np.testing.assert_array_equal((bm.numpy() * width + tok.numpy())[valid],
+                                  want_idx.numpy()[valid])
