@@ -3,12 +3,9 @@
     p_gen = sigmoid(w_h*^T h*_t + w_s^T s_t + w_x^T x_t + b_ptr)                   (8)
     P(w)  = p_gen P_vocab(w) + (1 - p_gen) sum_{i: w_i = w} a_i^t                   (9)
 
-`final_distribution` builds P over the extended vocabulary with a scatter-add;
-`final_log_distribution` builds log P for decoding without a dense pass in probability space:
-log(p_gen P_vocab) is one log-softmax shifted by log p_gen, and the copy term changes only the
-article's own ids (at most L columns a row), combined there in log space;
+`final_distribution` builds P over the extended vocabulary with a scatter-add (decoding);
 `target_log_prob` computes log P(w*) for the reference words only, without materialising the
-[batch, time, vocab + oovs] tensor (training): the three agree (tests/layers/test_pointer.py).
+[batch, time, vocab + oovs] tensor (training): the two agree (tests/layers/test_pointer.py).
 """
 
 from __future__ import annotations
@@ -72,56 +69,6 @@ def final_distribution(
     vocab_part = tf.pad(p_gen * vocab_dist, [[0, 0], [0, num_extra]])
     ext_size = tf.shape(vocab_dist)[1] + num_extra
     return vocab_part + scatter_copy((1.0 - p_gen) * attn, enc_ext_ids, ext_size)
-
-
-def first_occurrence(ids: tf.Tensor) -> tf.Tensor:
-    """For each position, the first position holding the same id: int32 [B, L] -> [B, L].
-    Computed once per article (models' `copy_inputs`), it lets each decoder step sum the
-    attention of repeated source words with a segment sum of [B, L] instead of a scatter into
-    [B, V + M]."""
-    same = tf.equal(ids[:, :, None], ids[:, None, :])  # [B, L, L]
-    return tf.argmax(tf.cast(same, tf.int32), axis=-1, output_type=tf.int32)
-
-
-def final_log_distribution(
-    logits: tf.Tensor,
-    attn: tf.Tensor,
-    p_gen_logit: tf.Tensor,
-    enc_ext_ids: tf.Tensor,
-    num_extra: tf.Tensor,
-    first_pos: tf.Tensor | None = None,
-) -> tf.Tensor:
-    """log P(w) of eq. 9 over the extended vocabulary, for decoding.
-
-        log P(w) = log_softmax(logits)_w + log p_gen                      w not in the article
-        log P(w) = logaddexp(that, log(1 - p_gen) + log sum_{i: w_i = w} a_i)   w in the article
-
-    Args:
-      logits: float [N, V] pre-softmax vocabulary scores; attn: float [N, L];
-      p_gen_logit: float [N]; enc_ext_ids: int32 [N, L]; num_extra: scalar int, the OOV
-      slots M; first_pos: int32 [N, L] (`first_occurrence(enc_ext_ids)`), computed here if None.
-    Returns: float32 [N, V + M]; -1e30 where P is 0 (an OOV slot the article does not fill).
-    Equal to log(final_distribution(...)) up to float rounding where that is above 1e-30.
-    """
-    logits = tf.cast(logits, tf.float32)
-    attn = tf.cast(attn, tf.float32)
-    z = tf.cast(p_gen_logit, tf.float32)
-    enc_ext_ids = tf.cast(enc_ext_ids, tf.int32)
-    shift = tf.reduce_logsumexp(logits, axis=-1) - tf.math.log_sigmoid(z)  # [N]
-    gen = tf.pad(logits - shift[:, None], [[0, 0], [0, num_extra]],
-                 constant_values=_NEG)  # log(p_gen P_vocab), [N, V + M]
-    if first_pos is None:
-        first_pos = first_occurrence(enc_ext_ids)
-    n, src_len = tf.shape(attn)[0], tf.shape(attn)[1]
-    seg = tf.range(n)[:, None] * src_len + first_pos  # [N, L]
-    mass = tf.gather(tf.math.unsorted_segment_sum(attn, seg, n * src_len), seg)  # [N, L]
-    log_copy = tf.where(mass > 0, tf.math.log(tf.maximum(mass, 1e-30)) +
-                        tf.math.log_sigmoid(-z)[:, None], _NEG)
-    at = tf.gather(gen, enc_ext_ids, batch_dims=1)  # [N, L]
-    hi, lo = tf.maximum(at, log_copy), tf.minimum(at, log_copy)
-    value = hi + tf.math.log1p(tf.exp(lo - hi))  # logaddexp; repeated ids get the same value
-    rows = tf.broadcast_to(tf.range(n)[:, None], tf.shape(enc_ext_ids))
-    return tf.tensor_scatter_nd_update(gen, tf.stack([rows, enc_ext_ids], axis=-1), value)
 
 
 def target_log_prob(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import first_occurrence, target_log_prob
+from pgn_tf.layers.pointer import target_log_prob
 from pgn_tf.vocab import UNK_ID
 
 
@@ -28,13 +28,11 @@ class SummarizationModel(keras.Model):
     @staticmethod
     def copy_inputs(enc_ids, enc_ext_ids=None, num_oovs=None) -> dict:
         """The encoder-side entries every model's `enc` holds for the search and the pointer:
-        ext_ids int32 [B, L] (extended-vocab ids), ext_first int32 [B, L] (first position of
-        each id, for the decoder's copy sum: layers/pointer.py `final_log_distribution`) and
-        max_oovs int32 scalar (OOV slots)."""
-        ext = tf.cast(enc_ids if enc_ext_ids is None else enc_ext_ids, tf.int32)
+        ext_ids int32 [B, L] (extended-vocab ids) and max_oovs int32 scalar (OOV slots)."""
+        ext = enc_ids if enc_ext_ids is None else enc_ext_ids
         max_oovs = (tf.constant(0, tf.int32) if num_oovs is None
                     else tf.reduce_max(tf.concat([tf.cast(num_oovs, tf.int32), [0]], 0)))
-        return {"ext_ids": ext, "ext_first": first_occurrence(ext), "max_oovs": max_oovs}
+        return {"ext_ids": tf.cast(ext, tf.int32), "max_oovs": max_oovs}
 
     @staticmethod
     def batch_major(ta: tf.TensorArray) -> tf.Tensor:

@@ -31,7 +31,7 @@ from pgn_tf.decoding.beam_search import SHARED
 from pgn_tf.layers.attention import IntraTemporalAttention
 from pgn_tf.layers.decoder_attention import IntraDecoderAttention
 from pgn_tf.layers.encoder import BiLSTMEncoder
-from pgn_tf.layers.pointer import PointerSwitch, final_log_distribution
+from pgn_tf.layers.pointer import PointerSwitch, final_distribution
 from pgn_tf.layers.tied_projection import TiedOutputProjection
 from pgn_tf.models.base import SummarizationModel
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
@@ -197,8 +197,9 @@ class DeepReinforced(SummarizationModel):
         """log p(y) over V + max_oovs (eq. 12)."""
         if not self.pointer_gen:
             return tf.nn.log_softmax(logits)
-        return final_log_distribution(logits, attn, gen_logit, enc["ext_ids"], enc["max_oovs"],
-                                      enc.get("ext_first"))
+        probs = final_distribution(tf.nn.softmax(logits), attn, tf.sigmoid(gen_logit)[:, None],
+                                   enc["ext_ids"], enc["max_oovs"])
+        return tf.math.log(tf.maximum(probs, 1e-30))
 
     def decode_step(self, ids, step, state, enc):
         """The search interface: log_probs float32 [N, V + max_oovs], state, extras."""

@@ -18,7 +18,7 @@ import tensorflow as tf
 from pgn_tf import losses
 from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
-from pgn_tf.layers.pointer import final_log_distribution
+from pgn_tf.layers.pointer import final_distribution
 from pgn_tf.models.base import SummarizationModel
 
 FEATURE_KEYS = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target", "dec_len")
@@ -143,10 +143,14 @@ class PointerGenerator(SummarizationModel):
         logits = tf.cast(self.vocab_proj(output), tf.float32)  # [N, V]
         p_gen = tf.sigmoid(tf.cast(extras["p_gen_logit"], tf.float32))
         if self.pointer_gen:
-            log_probs = final_log_distribution(
-                logits, extras["attn"], extras["p_gen_logit"], enc["ext_ids"], enc["max_oovs"],
-                enc.get("ext_first"),
+            probs = final_distribution(
+                tf.nn.softmax(logits),
+                tf.cast(extras["attn"], tf.float32),
+                p_gen[:, None],
+                enc["ext_ids"],
+                enc["max_oovs"],
             )  # [N, V + max_oovs]
+            log_probs = tf.math.log(tf.maximum(probs, 1e-30))
         else:
             log_probs = tf.nn.log_softmax(logits)
         return log_probs, state, {"attn": extras["attn"], "p_gen": p_gen}

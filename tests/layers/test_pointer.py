@@ -1,13 +1,7 @@
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import (
-    PointerSwitch,
-    final_distribution,
-    final_log_distribution,
-    first_occurrence,
-    target_log_prob,
-)
+from pgn_tf.layers.pointer import PointerSwitch, final_distribution, target_log_prob
 from tests.helpers import run_layer_test
 
 
@@ -66,43 +60,6 @@ def test_nan_free_at_saturated_p_gen_missing_targets_and_empty_articles():
     assert np.all(np.isfinite(lp.numpy()))
     for g in grads:
         assert np.all(np.isfinite(tf.convert_to_tensor(g).numpy()))
-
-
-def test_first_occurrence():
-    ids = tf.constant([[7, 3, 7, 0, 3, 0], [1, 1, 1, 2, 9, 2]])
-    np.testing.assert_array_equal(first_occurrence(ids).numpy(),
-                                  [[0, 1, 0, 3, 1, 3], [0, 0, 0, 3, 4, 3]])
-
-
-def test_final_log_distribution_is_the_log_of_eq_9():
-    rng = np.random.default_rng(3)
-    n, v, src, m = 3, 7, 6, 3
-    logits = rng.normal(scale=3.0, size=(n, v)).astype("float32")
-    attn = rng.dirichlet(np.ones(src), size=n).astype("float32")
-    attn[2, 4:] = 0.0  # padding
-    z = np.array([-1.5, 0.4, 2.0], "float32")
-    ext_ids = np.array([[1, 7, 1, 8, 4, 1], [9, 9, 2, 0, 7, 9], [5, 5, 3, 7, 0, 0]], "int32")
-    got = final_log_distribution(logits, attn, z, ext_ids, m).numpy()
-    p_gen = 1 / (1 + np.exp(-z))
-    want = _np_final(tf.nn.softmax(logits).numpy(), attn, p_gen, ext_ids, m)
-    np.testing.assert_allclose(got[want > 0], np.log(want[want > 0]), rtol=1e-5, atol=1e-6)
-    assert np.all(got[want == 0] <= -1e29)  # OOV slot 8 unused by articles 2 and 3
-    pre = final_log_distribution(logits, attn, z, ext_ids, m, first_occurrence(ext_ids))
-    np.testing.assert_array_equal(pre.numpy(), got)
-
-
-def test_final_log_distribution_at_saturated_p_gen():
-    logits = tf.constant([[0.0, 1.0, 2.0, 3.0]] * 2)
-    attn = tf.constant([[0.5, 0.5, 0.0], [0.0, 1.0, 0.0]])
-    ext_ids = tf.constant([[4, 1, 0], [2, 4, 0]])
-    got = final_log_distribution(logits, attn, tf.constant([80.0, -80.0]), ext_ids, 1).numpy()
-    log_softmax = tf.nn.log_softmax(logits[0]).numpy()
-    # p_gen = 1 - e^-80: the vocabulary as it is, the copy 80 nats below (not -inf, not NaN)
-    np.testing.assert_allclose(got[0, :4], log_softmax, rtol=1e-6)
-    np.testing.assert_allclose(got[0, 4], np.log(0.5) - 80.0, rtol=1e-6)
-    # p_gen = e^-80: all on the copied word; the vocabulary 80 nats below
-    np.testing.assert_allclose(got[1, 4], 0.0, atol=1e-6)
-    np.testing.assert_allclose(got[1, :4], log_softmax - 80.0, rtol=1e-6)
 
 
 def test_switch_contract():
