@@ -165,6 +165,17 @@ class DecodeConfig:
     # the article, reordering], comma-separated ("" = plain log p); pgn_tf.tune finds them.
     abs_plus_weights: str = ""
     extractive: bool = False  # only article words (and [STOP]) may be emitted (Table 3)
+    # An output [UNK] becomes the source word with the highest attention at its step
+    # (OpenNMT's replace_unk); the raw output stays available (raw_summaries, raw_tokens).
+    replace_unk: bool = True
+    # Wu et al. (2016) GNMT coverage penalty beta: + beta * sum_i log(min(sum_t a_t,i, 1)) on a
+    # finished hypothesis' score (0 = off).
+    coverage_penalty: NonNegativeFloat = 0.0
+    # A hypothesis may not emit a word it already emitted (punctuation and special tokens exempt).
+    block_repeated_words: bool = False
+    # Rush et al. (2015): N > 0 emits exactly N words ([STOP] never; min/max steps ignored), with
+    # hypothesis recombination on the last model.abs_window ids for ABS; 0 = [STOP]-based.
+    fixed_length: NonNegativeInt = 0
 
 
 @dataclasses.dataclass

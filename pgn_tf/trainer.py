@@ -276,8 +276,8 @@ class Trainer:
             refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
             self._rouge_fn = (Summarizer(self.model, self.vocab, self.cfg), examples, refs)
         summarizer, examples, refs = self._rouge_fn
-        decoded, _, _ = evaluate.decode_examples(summarizer, examples, self.cfg.decode.batch_size,
-                                                 None, want_pgen=False, verbose=0)
+        decoded = evaluate.decode_examples(summarizer, examples, self.cfg.decode.batch_size,
+                                           None, want_pgen=False, verbose=0)[0]
         from pgn_tf.inference import tokens_to_sentences
 
         return evaluate.rouge([tokens_to_sentences(d) for d in decoded], refs, bootstrap=0)

@@ -1,7 +1,7 @@
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import PointerSwitch, final_distribution, target_log_prob
+from pgn_tf.layers.pointer import PointerSwitch, final_distribution, scatter_copy, target_log_prob
 from tests.helpers import run_layer_test
 
 
@@ -83,3 +83,14 @@ def test_switch_contract():
         call=lambda layer: layer([tf.ones([2, 4]), tf.ones([2, 2])]),
         expected_num_weights=2, expected_shapes=[(2, 1)],
     )
+
+
+def test_scatter_copy_gradient_gathers():
+    attn = tf.Variable([[0.2, 0.3, 0.5], [0.6, 0.4, 0.0]])
+    ids = tf.constant([[1, 3, 1], [0, 2, 2]])
+    up = tf.constant([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+    with tf.GradientTape() as tape:
+        out = scatter_copy(attn, ids, 4)
+        loss = tf.reduce_sum(out * up)
+    np.testing.assert_allclose(out.numpy(), [[0, 0.7, 0, 0.3], [0.6, 0, 0.4, 0]], atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(loss, attn).numpy(), [[2, 4, 2], [5, 7, 7]])
