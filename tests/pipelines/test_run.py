@@ -41,8 +41,8 @@ def test_flow_pushes_only_better_models_and_skips_finished_steps(tmp_path, capsy
     server = Server({"pgn": (serving_base, 1)}, port=0, rest_port=None, poll_seconds=0.2)
     try:
         # 1. Nothing is served yet: the candidate is compared with lead-8; a negative margin
-        # makes this first push independent of how good 250 tiny steps are.
-        first = write_config(tmp_path, "run1", corpus, serving_base, 250, -100.0)
+        # makes this first push independent of how good 120 tiny steps are.
+        first = write_config(tmp_path, "run1", corpus, serving_base, 120, -100.0)
         assert flow.main(["--config", first]) == 0
         out = capsys.readouterr().out
         assert '"baseline": "lead8w"' in out and "push: version 1" in out
