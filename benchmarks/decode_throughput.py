@@ -1,10 +1,13 @@
 """Decoding speed: articles/s of in-process beam search and of the exported SavedModel.
 
     python benchmarks/decode_throughput.py --model_dir runs/quickstart/model \
-        [--data validation.jsonl.gz] [--articles 256] [--beams 1 4] [--batches 1 32]
+        [--data validation.jsonl.gz] [--articles 256] [--beams 1 4] [--batches 1 32] \
+        [--sort_by_length] [--set decode.KEY=VALUE ...]
 
 Each (beam, batch) cell decodes the same articles after one warm-up batch and prints
-articles/s; a JSON line per cell follows.
+articles/s (wall clock) and the process's CPU milliseconds per article (less sensitive to other
+work on a shared machine), with the CPU's vector flags; a JSON line per cell follows.
+--sort_by_length decodes batches of similar article length, as evaluate does.
 """
 
 from __future__ import annotations
@@ -20,20 +23,34 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import articles_from, emit  # noqa: E402
+from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import export  # noqa: E402
 from pgn_tf.inference import Summarizer  # noqa: E402
 
 
-def time_fn(fn, articles: list[str], batch: int) -> tuple[float, float]:
-    """(articles/s, mean output tokens)."""
+def cpu_flags() -> str:
+    """The vector extensions that decide CPU kernel speed (avx2, avx512f, avx512_bf16, amx)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f
+                          if line.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+    return " ".join(w for w in wanted if w in flags) or "none of avx2/avx512f/avx512_bf16/amx"
+
+
+def time_fn(fn, articles: list[str], batch: int) -> tuple[float, float, float]:
+    """(articles/s, mean summary characters, CPU ms per article)."""
     fn(articles[:batch])  # warm-up (tracing)
     n = (len(articles) // batch) * batch
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     lengths = []
     for i in range(0, n, batch):
         out = fn(articles[i : i + batch])
         lengths.append(float(tf.reduce_mean(tf.cast(tf.strings.length(out), tf.float32))))
-    return n / (time.perf_counter() - t0), sum(lengths) / len(lengths)
+    cpu_ms = 1000 * (time.process_time() - c0) / n
+    return n / (time.perf_counter() - t0), sum(lengths) / len(lengths), cpu_ms
 
 
 def main() -> None:
@@ -46,9 +63,15 @@ def main() -> None:
     p.add_argument("--max_steps", type=int, help="decode.max_dec_steps override")
     p.add_argument("--min_steps", type=int, help="decode.min_dec_steps override")
     p.add_argument("--skip_saved_model", action="store_true")
+    p.add_argument("--sort_by_length", action="store_true",
+                   help="batches of similar article length (as evaluate decodes)")
+    p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE")
     a = p.parse_args()
     articles = articles_from(a.data, a.articles)[: a.articles]
+    if a.sort_by_length:
+        articles.sort(key=lambda x: len(x.split()))
     summarizer = Summarizer.from_model_dir(a.model_dir)
+    config_lib.apply_overrides(summarizer.cfg, a.set)
     if a.max_steps:
         summarizer.cfg.decode.max_dec_steps = a.max_steps
     if a.min_steps is not None:
@@ -56,28 +79,34 @@ def main() -> None:
     saved = None
     if not a.skip_saved_model:
         tmp = tempfile.mkdtemp()
-        path = export.export(a.model_dir, tmp, "bench", version=1, check=False)
+        path = export.export(a.model_dir, tmp, "bench", version=1, check=False,
+                             overrides=[x for x in a.set if x.startswith("decode.")])
         saved = tf.saved_model.load(path).signatures["summarize_options"]
     dc = summarizer.cfg.decode
+    flags = cpu_flags()
     for beam in a.beams:
         fn = tf.function(lambda x, beam=beam: summarizer.summarize(x, beam_size=beam)["summaries"],
                          input_signature=[tf.TensorSpec([None], tf.string)])
         for batch in a.batches:
-            rate, chars = time_fn(lambda x, fn=fn: fn(tf.constant(x)), articles, batch)
-            emit("decode_in_process", {"beam": beam, "batch": batch, "articles_per_sec": round(rate, 2),
+            rate, chars, cpu_ms = time_fn(lambda x, fn=fn: fn(tf.constant(x)), articles, batch)
+            emit("decode_in_process", {"beam": beam, "batch": batch,
+                                       "articles_per_sec": round(rate, 2),
+                                       "cpu_ms_per_article": round(cpu_ms, 2),
                                        "mean_summary_chars": round(chars, 1),
-                                       "max_dec_steps": dc.max_dec_steps, "articles": len(articles)})
+                                       "max_dec_steps": dc.max_dec_steps,
+                                       "articles": len(articles), "cpu_flags": flags})
             if saved is not None:
                 def run_saved(x, beam=beam):
                     return saved(articles=tf.constant(x), beam_size=tf.constant(beam),
                                  max_decode_steps=tf.constant(dc.max_dec_steps),
                                  min_decode_steps=tf.constant(dc.min_dec_steps))["summaries"]
 
-                rate, chars = time_fn(run_saved, articles, batch)
+                rate, chars, cpu_ms = time_fn(run_saved, articles, batch)
                 emit("decode_saved_model", {"beam": beam, "batch": batch,
                                             "articles_per_sec": round(rate, 2),
+                                            "cpu_ms_per_article": round(cpu_ms, 2),
                                             "max_dec_steps": dc.max_dec_steps,
-                                            "articles": len(articles)})
+                                            "articles": len(articles), "cpu_flags": flags})
 
 
 if __name__ == "__main__":

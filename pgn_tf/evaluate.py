@@ -6,8 +6,11 @@
 
 Reports ROUGE-1/2/Lsum F1 (rouge-score, stemmed, sentences on separate lines for rougeLsum,
 bootstrap 95% intervals), average summary length, % duplicate 1-4-grams and sentences (See et
-al. Fig. 4), % novel 1-4-grams w.r.t. the article (Fig. 6), mean p_gen, [UNK] rate, and the
-share of outputs that repeat a token. Writes decoded.jsonl, decoded.txt, reference.txt and
+al. Fig. 4), % novel 1-4-grams w.r.t. the article (Fig. 6), mean p_gen, [UNK] rate (after and
+before decode.replace_unk), and the shares of outputs that repeat a token and that repeat a
+word (word tokens only, punctuation excluded), each beside the references' own rate.
+`--rouge_recall_bytes 75` adds DUC-style ROUGE recall of the decoded summaries cut to their first
+75 bytes (Rush et al. 2015's protocol). Writes decoded.jsonl, decoded.txt, reference.txt and
 metrics.json to --output_dir (default <model_dir>/eval_<split name>).
 """
 
@@ -27,7 +30,7 @@ from pgn_tf import objectives, progress, text
 from pgn_tf.data import dataset, tfrecord
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.errors import UserError, run_cli
-from pgn_tf.inference import Summarizer, tokens_to_sentences
+from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
 
 
 def read_split(path: str, fmt: str | None, limit: int | None) -> list[Example]:
@@ -83,8 +86,14 @@ def ngrams(tokens: list[str], n: int) -> list[tuple]:
     return [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
 
 
+def repeats(tokens: list[str]) -> bool:
+    return len(tokens) != len(set(tokens))
+
+
 def repetition_and_novelty(decoded: list[list[str]], articles: list[list[str]]) -> dict:
-    """See et al. Fig. 4 (duplicates within a summary) and Fig. 6 (n-grams not in the article)."""
+    """See et al. Fig. 4 (duplicates within a summary) and Fig. 6 (n-grams not in the article);
+    the shares of outputs that repeat a token (any token) and a word (`is_word` tokens only:
+    "puzzle puzzle game" counts, "a , b , c" does not)."""
     stats = {}
     for n in (1, 2, 3, 4):
         dup = tot = novel = 0
@@ -102,46 +111,71 @@ def repetition_and_novelty(decoded: list[list[str]], articles: list[list[str]]) 
         st += len(sents)
         sd += len(sents) - len(set(sents))
     stats["dup_sentence_pct"] = round(100 * sd / st, 2) if st else 0.0
-    stats["repeat_token_outputs_pct"] = round(
-        100 * np.mean([len(t) != len(set(t)) for t in decoded]), 2) if decoded else 0.0
-    stats["unk_outputs_pct"] = round(100 * np.mean(["[UNK]" in t for t in decoded]), 2)
+    stats["repeat_token_outputs_pct"] = _pct([repeats(t) for t in decoded])
+    stats["repeat_word_outputs_pct"] = _pct([repeats([w for w in t if is_word(w)])
+                                             for t in decoded])
+    stats["unk_outputs_pct"] = _pct(["[UNK]" in t for t in decoded])
     stats["avg_summary_tokens"] = round(float(np.mean([len(t) for t in decoded])), 2)
     return stats
 
 
-def rouge(decoded: list[str], references: list[str], bootstrap: int = 1000, seed: int = 0) -> dict:
-    """ROUGE-1/2/Lsum F1 x100 with bootstrap 95% intervals (rouge-score); bootstrap=0 gives
-    the plain means only."""
+def _pct(flags: list[bool]) -> float:
+    return round(100 * float(np.mean(flags)), 2) if flags else 0.0
+
+
+def truncate_bytes(tokens: list[str], limit: int) -> list[str]:
+    """The first `limit` bytes of the space-joined tokens (UTF-8, never half a character), as
+    tokens: DUC's -b 75 cuts the summary text there, mid-word if need be."""
+    text = " ".join(tokens).encode("utf-8")[:limit].decode("utf-8", "ignore")
+    return text.split()
+
+
+def rouge(decoded: list[str], references: list[str], bootstrap: int = 1000, seed: int = 0,
+          measure: str = "fmeasure") -> dict:
+    """ROUGE-1/2/Lsum x100 (measure: "fmeasure", "recall" or "precision") with bootstrap 95%
+    intervals (rouge-score); bootstrap=0 gives the plain means only."""
     from rouge_score import rouge_scorer, scoring
 
-    scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeLsum"], use_stemmer=True)
+    keys = ("rouge1", "rouge2", "rougeLsum")
+    scorer = rouge_scorer.RougeScorer(list(keys), use_stemmer=True)
     if bootstrap <= 0:  # plain means, no intervals (tuning loops)
         scores = [scorer.score(r, d) for d, r in zip(decoded, references)]
-        return {k: round(100 * float(np.mean([s[k].fmeasure for s in scores])), 2)
-                for k in ("rouge1", "rouge2", "rougeLsum")}
+        return {k: round(100 * float(np.mean([getattr(s[k], measure) for s in scores])), 2)
+                for k in keys}
     np.random.seed(seed)  # BootstrapAggregator resamples with numpy's global generator
     agg = scoring.BootstrapAggregator(confidence_interval=0.95, n_samples=bootstrap)
     for d, r in zip(decoded, references):
         agg.add_scores(scorer.score(r, d))
     result = agg.aggregate()
     out = {}
-    for key, name in (("rouge1", "rouge1"), ("rouge2", "rouge2"), ("rougeLsum", "rougeLsum")):
+    for key in keys:
         s = result[key]
-        out[name] = round(100 * float(s.mid.fmeasure), 2)
-        out[f"{name}_ci95"] = [round(100 * float(s.low.fmeasure), 2),
-                               round(100 * float(s.high.fmeasure), 2)]
+        out[key] = round(100 * float(getattr(s.mid, measure)), 2)
+        out[f"{key}_ci95"] = [round(100 * float(getattr(s.low, measure)), 2),
+                              round(100 * float(getattr(s.high, measure)), 2)]
     return out
 
 
 def score(decoded: list[list[str]], references: list[str], article_tokens: list[list[str]],
-          bootstrap: int = 1000) -> dict:
+          bootstrap: int = 1000, recall_bytes: int | None = None) -> dict:
     """ROUGE (rouge()) plus repetition and novelty (repetition_and_novelty()) of decoded token
-    lists against tokenized references (reference_text()) and articles."""
+    lists against tokenized references (reference_text()) and articles, and the references'
+    own repetition rates. recall_bytes = n adds ROUGE recall of the decoded summaries cut to
+    their first n bytes (`rouge<k>_recall_<n>b`; DUC 2004, Rush et al. 2015; the references are
+    used whole: ROUGE-1.5.5's -b cuts them too, which leaves DUC's <= 75-byte references as
+    they are but would shorten this corpus' longer ones)."""
     metrics = rouge([tokens_to_sentences(d) for d in decoded], references, bootstrap)
     metrics.update(repetition_and_novelty(decoded, article_tokens))
     ref_tokens = [r.split() for r in references]
-    metrics["reference_repeat_token_pct"] = repetition_and_novelty(ref_tokens, article_tokens)[
-        "repeat_token_outputs_pct"]
+    ref_stats = repetition_and_novelty(ref_tokens, article_tokens)
+    metrics["reference_repeat_token_pct"] = ref_stats["repeat_token_outputs_pct"]
+    metrics["reference_repeat_word_pct"] = ref_stats["repeat_word_outputs_pct"]
+    if recall_bytes:
+        cut = [tokens_to_sentences(truncate_bytes(d, recall_bytes)) for d in decoded]
+        recall = rouge(cut, references, bootstrap, measure="recall")
+        metrics.update({k.replace("_ci95", "") + f"_recall_{recall_bytes}b"
+                        + ("_ci95" if k.endswith("_ci95") else ""): v
+                        for k, v in recall.items()})
     return metrics
 
 
@@ -174,28 +208,40 @@ def perplexity(model, vocab, cfg: config_lib.Config, examples: list[Example],
 
 
 def decode_examples(summarizer: Summarizer, examples: list[Example], batch_size: int,
-                    beam_size: int | None, want_pgen: bool = True, verbose: int = 1):
-    """Batched in-graph decoding; returns (token lists, per-summary mean p_gen, seconds)."""
+                    beam_size: int | None, want_pgen: bool = True, verbose: int = 1,
+                    lengths: list[int] | None = None):
+    """Batched in-graph decoding; returns (token lists, per-summary mean p_gen, seconds, raw
+    token lists before replace_unk), in the order of `examples`.
+
+    Batches hold articles of similar length (sorted by `lengths`, default their whitespace
+    token counts), so little of a batch is padding and its articles finish close together."""
     fn = tf.function(
-        lambda a: summarizer.summarize(a, beam_size=beam_size, verbose=want_pgen),
+        lambda a: summarizer.summarize(a, beam_size=beam_size, with_p_gen=want_pgen),
         input_signature=[tf.TensorSpec([None], tf.string)],
     )
     import keras
 
+    if lengths is None:
+        lengths = [len(e.article.split()) for e in examples]
+    order = sorted(range(len(examples)), key=lambda i: lengths[i])
     bar = keras.utils.Progbar(len(examples), verbose=verbose, interval=5.0)
-    tokens, pgens = [], []
+    tokens: list = [None] * len(examples)
+    raw: list = [None] * len(examples)
+    pgens: list = [float("nan")] * len(examples)
     t0 = time.perf_counter()
     for i in range(0, len(examples), batch_size):
-        chunk = [e.article for e in examples[i : i + batch_size]]
-        out = fn(tf.constant(chunk))
-        lengths = out["length"].numpy()
-        for row, n in zip(out["tokens"].numpy(), lengths):
-            tokens.append([t.decode("utf-8") for t in row[:n]])
+        rows = order[i : i + batch_size]
+        out = fn(tf.constant([examples[r].article for r in rows]))
+        n_out = out["length"].numpy()
+        for r, row, raw_row, n in zip(rows, out["tokens"].numpy(), out["raw_tokens"].numpy(),
+                                      n_out):
+            tokens[r] = [t.decode("utf-8") for t in row[:n]]
+            raw[r] = [t.decode("utf-8") for t in raw_row[:n]]
         if want_pgen and "p_gen" in out:
-            for row, n in zip(out["p_gen"].numpy(), lengths):
-                pgens.append(float(np.mean(row[:n])) if n else float("nan"))
+            for r, row, n in zip(rows, out["p_gen"].numpy(), n_out):
+                pgens[r] = float(np.mean(row[:n])) if n else float("nan")
         bar.update(min(i + batch_size, len(examples)))
-    return tokens, pgens, time.perf_counter() - t0
+    return tokens, (pgens if want_pgen else []), time.perf_counter() - t0, raw
 
 
 def evaluate(args) -> dict:
@@ -223,12 +269,15 @@ def evaluate(args) -> dict:
         name = f"lead{words}w" if words is not None else f"lead{sentences}"
     else:
         batch = args.batch_size or cfg.decode.batch_size
-        decoded, pgens, seconds = decode_examples(
+        decoded, pgens, seconds, raw = decode_examples(
             summarizer, examples, batch, args.beam_size, want_pgen=cfg.model.pointer_gen,
-            verbose=0 if args.quiet else 1)
+            verbose=0 if args.quiet else 1, lengths=[len(a) for a in art_tokens])
         name = "model"
     metrics = {"system": name, "examples": len(examples)}
-    metrics.update(score(decoded, references, art_tokens, args.bootstrap))
+    metrics.update(score(decoded, references, art_tokens, args.bootstrap,
+                         args.rouge_recall_bytes))
+    if not args.baseline:
+        metrics["raw_unk_outputs_pct"] = _pct(["[UNK]" in t for t in raw])
     if not args.baseline:
         metrics["perplexity"] = round(perplexity(summarizer.model, summarizer.vocab, cfg,
                                                  examples), 3)
@@ -273,6 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lead_sentences", type=int, default=3)
     p.add_argument("--lead_words", type=int)
     p.add_argument("--bootstrap", type=int, default=1000)
+    p.add_argument("--rouge_recall_bytes", type=int, metavar="N",
+                   help="also report ROUGE recall of the summaries cut to N bytes (DUC: 75)")
     p.add_argument("--quiet", action="store_true")
     return p
 

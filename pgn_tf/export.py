@@ -6,7 +6,8 @@ tokenization, vocab lookup, OOV mapping, beam search and detokenization inside t
 Signatures (DESIGN.md):
   serving_default      articles string [batch] -> summaries string [batch], scores float [batch]
   summarize_verbose    articles -> summaries, scores, tokens [batch, dec], attention
-                       [batch, dec, enc], p_gen [batch, dec]
+                       [batch, dec, enc], p_gen [batch, dec], raw_summaries and raw_tokens
+                       (the output before decode.replace_unk)
   summarize_options    articles, beam_size, max_decode_steps, min_decode_steps (int32 scalars)
                        -> summaries, scores. TF Serving requires every input of a signature, so
                        the tunable scalars live in their own signature and serving_default
@@ -119,7 +120,8 @@ def build_archive(summarizer: Summarizer, limits: dict | None = None) -> keras.e
     @tf.function(input_signature=[articles])
     def verbose(articles):
         out = summarizer.summarize(articles, verbose=True)
-        return {k: out[k] for k in ("summaries", "scores", "tokens", "attention", "p_gen")}
+        return {k: out[k] for k in ("summaries", "scores", "tokens", "attention", "p_gen",
+                                    "raw_summaries", "raw_tokens")}
 
     @tf.function(input_signature=[articles, scalar("beam_size"), scalar("max_decode_steps"),
                                   scalar("min_decode_steps")])

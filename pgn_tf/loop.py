@@ -20,7 +20,7 @@ from pgn_tf.errors import UserError
 from pgn_tf.trainer import Trainer, initial_learning_rate
 
 SCALARS = ("loss", "nll", "coverage_loss", "p_gen_mean", "grad_norm", "reward_sample",
-           "reward_greedy", "sample_capped")
+           "reward_greedy", "sample_capped", "advantage_abs", "advantage_zero")
 
 
 def learning_rate(trainer: Trainer, step: int, elapsed: float) -> float:
@@ -87,11 +87,11 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
     stopped_early = False
     step = start
     for step in range(start + 1, t.max_steps + 1):
-        elapsed = time.perf_counter() - t0
+        elapsed = _clock(trainer, t0)
         trainer.optimizer.learning_rate.assign(_lr(trainer, step, elapsed))
         report = trainer.train_step(next(it))
         trainer.step.assign(step)
-        elapsed = time.perf_counter() - t0
+        elapsed = _clock(trainer, t0)
         final = step == t.max_steps or (t.max_minutes > 0 and elapsed > 60 * t.max_minutes)
         if float(report["nonfinite"]) > 0:
             streak, skipped = streak + 1, skipped + 1
@@ -116,9 +116,9 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
         progress.update(step, step - start, elapsed,
                         [(k, float(report[k])) for k in ("loss", "grad_norm")]
                         if step % 10 == 0 or final else None, final=final)
-        if (step % t.checkpoint_every == 0 or final) and trainer.is_chief and streak == 0:
+        if (step % t.checkpoint_every == 0 or final) and streak == 0:
             if weights_finite(trainer.model):
-                trainer.manager.save(checkpoint_number=step)
+                trainer.save_checkpoint(step)
         if trainer.eval_ds is not None and (step % t.eval_every == 0 or final):
             ev = _validate(trainer, step, samples=bool(t.eval_samples))
             if ev:
@@ -133,8 +133,8 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
                     print(f"[pgn_tf] early stop at step {step}: no better "
                           f"{trainer.measure} in {stale} evaluations", flush=True)
                     stopped_early = final = True
-                    if step % t.checkpoint_every and trainer.is_chief:
-                        trainer.manager.save(checkpoint_number=step)
+                    if step % t.checkpoint_every:
+                        trainer.save_checkpoint(step)
         if t.lr_halving == "epoch" and trainer.steps_per_epoch and (
                 (step - start) % trainer.steps_per_epoch == 0):
             _epoch_plateau(trainer, step)
@@ -168,6 +168,15 @@ def _export_best(trainer: Trainer, step: int) -> None:
     path = export.export(trainer.mdir.path, base or ".", name, max(versions, default=0) + 1,
                          which=trainer.best_manager.latest_checkpoint)
     print(f"[pgn_tf] step {step}: the new best is exported as {path}", flush=True)
+
+
+def _clock(trainer: Trainer, t0: float) -> float:
+    """Seconds since t0; with several workers and a time budget, the chief's seconds, so that
+    every worker takes the same learning rate and stops at the same step."""
+    elapsed = time.perf_counter() - t0
+    if trainer.cfg.train.max_minutes > 0:
+        elapsed = trainer.from_chief([elapsed])[0]
+    return elapsed
 
 
 def _lr(trainer: Trainer, step: int, elapsed: float) -> float:

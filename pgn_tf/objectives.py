@@ -173,7 +173,8 @@ class SelfCritical:
     The sampled sequence and the greedy baseline run from the same encoding for up to
     max_steps tokens with [STOP] barred before min_steps, exactly as decoding does at
     inference (no knowledge of the reference's length). Terms add: rl, reward_sample,
-    reward_greedy (ROUGE-L F1 [B]) and sample_capped (1 where the sample hit max_steps)."""
+    reward_greedy (ROUGE-L F1 [B]), sample_capped (1 where the sample hit max_steps),
+    advantage_abs and advantage_zero (1 where sample and baseline score alike: no gradient)."""
 
     def __init__(self, ml: MaximumLikelihood, gamma: float, max_steps: int, min_steps: int = 0,
                  seed: int | None = None):
@@ -186,7 +187,7 @@ class SelfCritical:
 
     def term_names(self, model) -> list[str]:
         return self.ml.term_names(model) + ["rl", "reward_sample", "reward_greedy",
-                                            "sample_capped"]
+                                            "sample_capped", "advantage_abs", "advantage_zero"]
 
     def _searches(self, model, batch):
         enc, state = model.encode(batch["enc_ids"], batch["enc_len"], batch.get("enc_ext_ids"),
@@ -205,8 +206,12 @@ class SelfCritical:
         r_greedy = rouge_l_reward(best, batch)
         log_p = tf.reduce_sum(sampled["step_log_probs"], axis=1)  # [STOP] included
         capped = tf.cast(sampled["length"] >= self.max_steps, tf.float32)
+        advantage = r_greedy - r_sample
         return {"rl": self_critical_term(log_p, r_sample, r_greedy), "reward_sample": r_sample,
-                "reward_greedy": r_greedy, "sample_capped": capped}
+                "reward_greedy": r_greedy, "sample_capped": capped,
+                # the gradient signal: |advantage|, and the examples that give none
+                "advantage_abs": tf.abs(advantage),
+                "advantage_zero": tf.cast(tf.equal(advantage, 0.0), tf.float32)}
 
     def __call__(self, model, batch: dict, training: bool = True) -> dict:
         terms = self.ml(model, batch, training) if self.gamma < 1.0 else {

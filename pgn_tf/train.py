@@ -14,11 +14,17 @@ al.'s final phase) from the previous phase's best checkpoint: the new coverage w
 zero and training continues with a fresh optimizer. Likewise `--set train.objective=mixed`
 (Paulus et al.'s ML+RL phase, for any model) continues with a fresh optimizer at
 train.rl_learning_rate; its best checkpoint is then the highest validation ROUGE.
+
+`--strategy multi_worker` (MultiWorkerMirroredStrategy): every worker runs the same command with
+its own TF_CONFIG; the chief (task "chief", or worker 0) alone writes the model dir, which every
+worker must see (a shared file system). When a worker dies the others stop with one error line;
+restarted, all of them resume from the last checkpoint, the data order continuing.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import os
@@ -34,7 +40,7 @@ from pgn_tf.data import dataset, synthetic, tfrecord
 from pgn_tf.dirlock import DirLock
 from pgn_tf.durable import write_json
 from pgn_tf.errors import UserError, run_cli
-from pgn_tf.trainer import Trainer
+from pgn_tf.trainer import Trainer, barrier, worker_role
 
 
 def set_cpu_devices(n: int) -> None:
@@ -57,10 +63,32 @@ def make_strategy(name: str) -> tf.distribute.Strategy:
             return tf.distribute.get_strategy()
         return tf.distribute.MirroredStrategy(devices)
     if name == "multi_worker":
+        _check_tf_config(os.environ.get("TF_CONFIG"))
         return tf.distribute.MultiWorkerMirroredStrategy()
     if name == "default":
         return tf.distribute.get_strategy()
     raise UserError(f"unknown --strategy '{name}' (mirrored, multi_worker, default)")
+
+
+def _check_tf_config(raw: str | None) -> None:
+    """TF_CONFIG names this process' task among the cluster's chief and workers (unset: one
+    worker, this machine)."""
+    if not raw:
+        return
+    try:
+        tf_config = json.loads(raw)
+        cluster, task = tf_config["cluster"], tf_config["task"]
+        task_type, index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise UserError('TF_CONFIG must be JSON {"cluster": {"worker": ["host:port", ...]}, '
+                        f'"task": {{"type": "worker", "index": N}}}} ({type(e).__name__}: {e})'
+                        ) from None
+    if task_type not in ("chief", "worker"):
+        raise UserError(f"TF_CONFIG task type '{task_type}' is not supported by pgn_tf.train "
+                        f"(chief or worker)")
+    if not 0 <= index < len(cluster.get(task_type, [])):
+        raise UserError(f"TF_CONFIG task {task_type}:{index} is not in its cluster "
+                        f"({', '.join(f'{k}: {len(v)}' for k, v in cluster.items())})")
 
 
 @dataclasses.dataclass
@@ -76,23 +104,27 @@ class Plan:
     fresh: bool  # a new phase (coverage conversion or new objective)
     previous_cfg: config_lib.Config | None
 
-    def resolve_data(self) -> tuple[list[str], list[str] | None]:
+    def resolve_data(self, write: bool = True) -> tuple[list[str], list[str] | None]:
         """TFRecord files of the training and eval data (non-TFRecord inputs are converted
-        into <model_dir>/data once; without --train_data, the synthetic corpus is written)."""
+        into <model_dir>/data once; without --train_data, the synthetic corpus is written).
+        write=False: only find them (a multi-worker run's other workers; the chief writes)."""
         cache = self.mdir.cache_dir
         if self.train_data:
-            train_files = dataset.resolve_files(self.train_data, cache, self.data_format)
-            eval_files = (dataset.resolve_files(self.eval_data, cache, self.data_format)
+            train_files = dataset.resolve_files(self.train_data, cache, self.data_format, write)
+            eval_files = (dataset.resolve_files(self.eval_data, cache, self.data_format, write)
                           if self.eval_data else None)
             return train_files, eval_files
         syn_dir = os.path.join(self.mdir.path, "synthetic")
-        if not tf.io.gfile.glob(os.path.join(syn_dir, "train-*.tfrecord")):
+        if write and not tf.io.gfile.glob(os.path.join(syn_dir, "train-*.tfrecord")):
             print(f"[pgn_tf] no --train_data: writing the synthetic corpus to {syn_dir}")
             synthetic.write_corpus(syn_dir, seed=self.cfg.train.seed)
         train_files = sorted(tf.io.gfile.glob(os.path.join(syn_dir, "train-*.tfrecord")))
-        eval_files = (dataset.resolve_files(self.eval_data, cache, self.data_format)
+        eval_files = (dataset.resolve_files(self.eval_data, cache, self.data_format, write)
                       if self.eval_data
                       else sorted(tf.io.gfile.glob(os.path.join(syn_dir, "validation-*"))))
+        if not train_files:
+            raise UserError(f"the synthetic corpus in {syn_dir} is missing (every worker must "
+                            f"see the same model dir: a shared file system)")
         return train_files, eval_files
 
 
@@ -160,11 +192,21 @@ def run(args) -> dict:
     if args.cpu_devices > 1:
         set_cpu_devices(args.cpu_devices)
     strategy = make_strategy(args.strategy)
+    is_chief, num_workers = worker_role(strategy)
     plan = prepare(args)
-    # One writer per model dir; the lock is taken only once the run is known to be valid.
-    with DirLock(plan.mdir.path, what="model dir"):
+    # One writer per model dir (of several workers, the chief); the lock is taken only once
+    # the run is known to be valid.
+    lock = DirLock(plan.mdir.path, what="model dir") if is_chief else contextlib.nullcontext()
+    with lock:
         try:
             return _train(plan, strategy, args.quiet)
+        except PEER_LOST as e:
+            if num_workers == 1:
+                raise
+            # TF's coordination service stops every worker when one stops sending heartbeats.
+            raise UserError(f"a worker of the cluster stopped ({_first_line(e.message)}); "
+                            f"restart the workers that exited: training resumes from the last "
+                            f"checkpoint in {plan.mdir.ckpt_dir}") from None
         except tf.errors.OpError as e:  # a corrupt record met while reading the data
             message = tfrecord.read_error(e)
             if message is None:
@@ -172,18 +214,49 @@ def run(args) -> dict:
             raise UserError(message) from None
 
 
+# What a collective raises on the other workers when one worker of the cluster is lost.
+PEER_LOST = (tf.errors.UnavailableError, tf.errors.AbortedError,
+             tf.errors.DeadlineExceededError)
+
+
+def _first_line(message: str) -> str:
+    """The gist of a TF error message: its first line of text, past the "Graph execution
+    error:" header, the indented traceback of where the op was defined and gRPC details."""
+    skip = ("Graph execution error", "Detected at node", "Additional GRPC error", ":UNKNOWN:")
+    lines = [line for line in message.splitlines()
+             if line.strip() and not line[0].isspace() and not line.startswith(skip)]
+    if not lines:
+        return message.strip()[:200]
+    line = lines[0].split("}} ", 1)[-1]
+    if line.endswith(":") and len(lines) > 1:  # "tasks are unhealthy ...:\n/job:worker/..."
+        line += " " + lines[1].strip()
+    return line
+
+
 def _train(plan: Plan, strategy: tf.distribute.Strategy, quiet: bool) -> dict:
+    """Every worker of a multi-worker run gets here; the chief alone writes the model dir:
+    the data cache and the vocab first (the others wait at a barrier, then read them),
+    config.json, checkpoints, TensorBoard logs and train_result.json."""
     cfg, mdir = plan.cfg, plan.mdir
-    train_files, eval_files = plan.resolve_data()
+    is_chief, num_workers = worker_role(strategy)
     vocab = plan.vocab
-    if vocab is None:
-        print(f"[pgn_tf] building a {cfg.data.vocab_size}-word vocab from the training data")
-        vocab = dataset.build_vocab(train_files, cfg.data)
-    if not os.path.exists(mdir.vocab_path):
-        vocab.save(mdir.vocab_path)
+    if is_chief:
+        train_files, eval_files = plan.resolve_data()
+        if vocab is None:
+            print(f"[pgn_tf] building a {cfg.data.vocab_size}-word vocab from the training data")
+            vocab = dataset.build_vocab(train_files, cfg.data)
+        if not os.path.exists(mdir.vocab_path):
+            vocab.save(mdir.vocab_path)
+    if num_workers > 1:
+        barrier(strategy)
+    if not is_chief:
+        train_files, eval_files = plan.resolve_data(write=False)
+        if vocab is None:
+            vocab = mdir.read_vocab(cfg)
     trainer = Trainer(cfg, mdir, vocab, train_files, eval_files, strategy, plan.fresh,
-                      plan.previous_cfg)
-    mdir.write_config(cfg)
+                      plan.previous_cfg, is_chief=is_chief)
+    if is_chief:
+        mdir.write_config(cfg)
     if trainer.restored_from:
         how = ("continues with a fresh optimizer (coverage conversion or a new objective) from"
                if plan.fresh else "resumed from")
@@ -191,7 +264,8 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, quiet: bool) -> dict:
     print(f"[pgn_tf] {strategy.num_replicas_in_sync} replica(s); "
           f"{trainer.model.count_params():,} parameters; vocab {vocab.size}")
     result = loop.fit(trainer, verbose=0 if quiet else 1)
-    write_json(os.path.join(mdir.path, "train_result.json"), result)
+    if is_chief:
+        write_json(os.path.join(mdir.path, "train_result.json"), result)
     print("[pgn_tf] " + json.dumps(result))
     return result
 

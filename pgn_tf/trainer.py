@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
+import tempfile
 
 import keras
 import numpy as np
@@ -38,6 +40,25 @@ def initial_learning_rate(train_cfg: config_lib.TrainConfig) -> float:
     return train_cfg.learning_rate if train_cfg.objective == "ml" else train_cfg.rl_learning_rate
 
 
+def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
+    """(is this worker the chief, number of workers) from the strategy's cluster resolver
+    (TF_CONFIG under MultiWorkerMirroredStrategy). The chief is task "chief", or worker 0 when
+    the cluster has no chief; a single-machine strategy is its own chief."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    jobs = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if not jobs:
+        return True, 1
+    workers = len(jobs.get("chief", [])) + len(jobs.get("worker", []))
+    task = (resolver.task_type, resolver.task_id)
+    return task == ("chief", 0) or (task == ("worker", 0) and "chief" not in jobs), workers
+
+
+def barrier(strategy: tf.distribute.Strategy) -> None:
+    """Returns when every worker has reached it (one all-reduce of a scalar)."""
+    tf.function(lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)),
+                                        axis=None))()
+
+
 class Trainer:
     """Args:
       cfg: the resolved, validated Config; mdir: the ModelDir; vocab; train_files / eval_files:
@@ -45,6 +66,9 @@ class Trainer:
       fresh_optimizer: True when this run starts a new phase (coverage conversion, new
       objective): model weights come from the previous phase (train.convert_from), the
       optimizer starts fresh; is_chief: whether this worker writes checkpoints and logs.
+
+    Under MultiWorkerMirroredStrategy every worker builds the same Trainer and runs the same
+    steps (collectives need all of them); only the chief writes the model dir (worker_role).
     """
 
     def __init__(self, cfg: config_lib.Config, mdir: model_dir_lib.ModelDir,
@@ -58,6 +82,7 @@ class Trainer:
         self.eval_files = eval_files
         self.train_files = train_files
         self.is_chief = is_chief
+        self.num_workers = worker_role(strategy)[1]
         tcfg = cfg.train
         n = strategy.num_replicas_in_sync
         if tcfg.batch_size % n:
@@ -90,6 +115,7 @@ class Trainer:
             self.train_writer = tf.summary.create_file_writer(os.path.join(mdir.path, "train"))
             self.eval_writer = tf.summary.create_file_writer(os.path.join(mdir.path, "eval"))
         self._train_step = self._eval_step = self._rouge_fn = self._samples = None
+        self._from_chief = None
         self.measure, self.measure_key, self.higher_is_better = config_lib.best_measure(cfg)
         info = mdir.read_best() if not fresh_optimizer else None
         self.best_value = (info["value"] if info and info.get("metric") == self.measure
@@ -125,6 +151,8 @@ class Trainer:
         ds = dataset.make_dataset(
             self.train_files, self.vocab, self.cfg.data, tcfg.batch_size,
             self.cfg.model.pointer_gen, True, seed=tcfg.seed).map(dataset.model_features)
+        if self.num_workers > 1:
+            ds = dataset.shard_by_data(ds)
         # Resuming continues the data order: the pipeline is deterministic for a seed, so the
         # batches the checkpoint's steps consumed are skipped.
         consumed = int(self.step.numpy())
@@ -141,6 +169,8 @@ class Trainer:
                 self.eval_files, self.vocab, self.cfg.data, self.global_batch,
                 self.cfg.model.pointer_gen, training=False, drop_empty=True,
             ).map(dataset.model_features).take(tcfg.eval_batches)
+            if self.num_workers > 1:
+                eds = dataset.shard_by_data(eds)
             self.eval_ds = self.strategy.experimental_distribute_dataset(eds) if n > 1 else eds
 
     # -- compiled steps ---------------------------------------------------------------------
@@ -179,7 +209,8 @@ class Trainer:
             "src_tokens": tf.cast(tf.reduce_sum(batch["enc_len"]), tf.float32),
             "tgt_tokens": tf.cast(tf.reduce_sum(batch["dec_len"]), tf.float32),
         }
-        for key in ("coverage", "reward_sample", "reward_greedy", "sample_capped"):
+        for key in ("coverage", "reward_sample", "reward_greedy", "sample_capped",
+                    "advantage_abs", "advantage_zero"):
             if key in terms:
                 report["coverage_loss" if key == "coverage" else key] = (
                     tf.reduce_sum(terms[key]) * scale)
@@ -245,8 +276,8 @@ class Trainer:
             refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
             self._rouge_fn = (Summarizer(self.model, self.vocab, self.cfg), examples, refs)
         summarizer, examples, refs = self._rouge_fn
-        decoded, _, _ = evaluate.decode_examples(summarizer, examples, self.cfg.decode.batch_size,
-                                                 None, want_pgen=False, verbose=0)
+        decoded = evaluate.decode_examples(summarizer, examples, self.cfg.decode.batch_size,
+                                           None, want_pgen=False, verbose=0)[0]
         from pgn_tf.inference import tokens_to_sentences
 
         return evaluate.rouge([tokens_to_sentences(d) for d in decoded], refs, bootstrap=0)
@@ -255,7 +286,12 @@ class Trainer:
         """The eval loss, plus ROUGE when the best checkpoint is chosen by it."""
         metrics = self.eval_loss()
         if metrics is not None and self.measure.startswith("rouge"):
-            metrics.update(self.eval_rouge())
+            if self.num_workers == 1:
+                metrics.update(self.eval_rouge())
+            else:  # the chief decodes; the best and early stopping follow its figures
+                scores = self.eval_rouge() if self.is_chief else {}
+                keys = ("rouge1", "rouge2", "rougeLsum")
+                metrics.update(zip(keys, self.from_chief([scores.get(k, 0.0) for k in keys])))
         return metrics
 
     def is_better(self, value: float) -> bool:
@@ -273,13 +309,54 @@ class Trainer:
                                           and math.isfinite(value))):
             return False
         self.best_value = value
+        step = int(self.step.numpy())
+        self._save(self.best_manager, step)
         if self.is_chief:
-            step = int(self.step.numpy())
-            self.best_manager.save(checkpoint_number=step)
             self.mdir.write_best({"metric": self.measure, "value": value, "step": step,
                                   "higher_is_better": self.higher_is_better,
                                   "checkpoint": self.best_manager.latest_checkpoint})
         return True
+
+    # -- what only the chief writes -----------------------------------------------------------
+
+    def save_checkpoint(self, step: int) -> None:
+        """Saves ckpt-<step> into <model_dir>/ckpt (every worker must call it: see _save)."""
+        self._save(self.manager, step)
+
+    def _save(self, manager: tf.train.CheckpointManager, step: int) -> None:
+        """The chief saves through `manager`; another worker saves the same checkpoint into a
+        temporary directory of its own and deletes it (the TF multi-worker guide's pattern:
+        saving may run collectives, so every worker saves, but one writer per model dir)."""
+        if self.is_chief:
+            manager.save(checkpoint_number=step)
+            return
+        scratch = tempfile.mkdtemp(prefix="pgn_tf-worker-ckpt-")
+        try:
+            tf.train.CheckpointManager(self.ckpt, scratch, max_to_keep=1).save(
+                checkpoint_number=step)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def from_chief(self, values: list[float]) -> list[float]:
+        """The chief's `values` on every worker (identity on one worker): decisions taken from
+        a clock or a decoded ROUGE must agree across workers, or their collectives part ways.
+        One all-reduce in which only the chief's replicas contribute."""
+        if self.num_workers == 1:
+            return values
+        if self._from_chief is None:
+            strategy = self.strategy
+            # Each of the chief's local replicas adds 1/local of the value; the rest add zero.
+            weight = (1.0 / len(strategy.extended.worker_devices)) if self.is_chief else 0.0
+
+            def replica_fn(x):
+                return tf.distribute.get_replica_context().all_reduce("SUM", x * weight)
+
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.float64)])
+            def broadcast(x):  # float64 [k] -> [k]
+                return strategy.experimental_local_results(strategy.run(replica_fn, args=(x,)))[0]
+
+            self._from_chief = broadcast
+        return [float(v) for v in self._from_chief(tf.constant(values, tf.float64)).numpy()]
 
     def log_samples(self, step: int, num: int = 3) -> None:
         """Decodes a few validation articles into TensorBoard: text (article, reference,

@@ -66,8 +66,11 @@ def test_set_parses_by_the_fields_type_not_the_presets_value():
 
 
 @pytest.mark.parametrize("name", sorted(config.PRESETS))
-def test_every_preset_validates(name):
-    assert config.PRESETS[name]().validate() is not None
+def test_every_preset_validates_and_survives_a_model_dir_round_trip(name, tmp_path):
+    cfg = config.PRESETS[name]()
+    cfg.validate()  # raises on a bad preset
+    cfg.save(str(tmp_path / "config.json"))
+    assert config.load_from_model_dir(str(tmp_path)) == cfg == config.resolve(name)
 
 
 CHOICES = {"model.model_type": ("pointer_generator", "deep_reinforced", "abs"),

@@ -24,7 +24,8 @@ def test_signatures_and_versioned_layout(exported):
     loaded = tf.saved_model.load(path)
     assert set(loaded.signatures) == {"serving_default", "summarize_verbose", "summarize_options"}
     out = loaded.signatures["summarize_verbose"](articles=tf.constant([ARTICLE, ""]))
-    assert set(out) == {"summaries", "scores", "tokens", "attention", "p_gen"}
+    assert set(out) == {"summaries", "scores", "tokens", "attention", "p_gen", "raw_summaries",
+                        "raw_tokens"}
     assert out["attention"].shape[0] == 2 and out["attention"].shape[1] == out["tokens"].shape[1]
     opt = loaded.signatures["summarize_options"](
         articles=tf.constant([ARTICLE]), beam_size=tf.constant(1),

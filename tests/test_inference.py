@@ -1,17 +1,21 @@
 """Decoding a trained model: copying, bad input, evaluate and summarize CLIs."""
 
+import copy
 import json
-import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from pgn_tf import config as config_lib
 from pgn_tf import evaluate, summarize
+from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
 from pgn_tf.errors import UserError
 from pgn_tf.inference import Summarizer
 from pgn_tf.model_dir import ModelDir
+from pgn_tf.models import build_model
+from tests.decoding.see_reference import see_beam_search
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +70,17 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
 def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
     args = evaluate.build_parser().parse_args(
         ["--model_dir", trained_model_dir, "--data", corpus["validation"], "--limit", "24",
-         "--output_dir", str(tmp_path), "--bootstrap", "100", "--quiet"])
+         "--output_dir", str(tmp_path), "--bootstrap", "100", "--quiet",
+         "--rouge_recall_bytes", "20"])
     m = evaluate.evaluate(args)
     assert m["examples"] == 24 and m["rouge1"] > 50
     assert m["rouge1_ci95"][0] <= m["rouge1"] <= m["rouge1_ci95"][1]
+    # 20 bytes hold about 3 words of a synopsis: a recall well below the full summary's F1
+    assert 0 < m["rouge1_recall_20b"] < m["rouge1"]
+    assert m["rouge2_recall_20b_ci95"][0] <= m["rouge2_recall_20b"]
+    assert m["raw_unk_outputs_pct"] >= m["unk_outputs_pct"]
+    assert 0 <= m["repeat_word_outputs_pct"] <= m["repeat_token_outputs_pct"]
+    assert "reference_repeat_word_pct" in m
     assert 0 < m["mean_p_gen"] < 1 and m["articles_per_sec"] > 0
     lines = [json.loads(x) for x in open(tmp_path / "decoded.jsonl")]
     assert len(lines) == 24 and lines[0]["reference"]
@@ -83,20 +94,128 @@ def test_repetition_and_novelty_stats():
     stats = evaluate.repetition_and_novelty([["a", "b", "a", "b", "."]], [["a", "b", "c"]])
     assert stats["dup_1gram_pct"] == 40.0 and stats["dup_2gram_pct"] == 25.0
     assert stats["novel_1gram_pct"] == 20.0 and stats["repeat_token_outputs_pct"] == 100.0
+    outputs = [["puzzle", "puzzle", "game"], ["a", ",", "b", ",", "c", "-", "-"], ["x", "2", "2"],
+               ["one", "'s", "'s"]]
+    stats = evaluate.repetition_and_novelty(outputs, [[]] * 4)
+    assert stats["repeat_token_outputs_pct"] == 100.0  # every output repeats some token
+    assert stats["repeat_word_outputs_pct"] == 75.0  # punctuation repeats are not counted
 
 
-def test_summarize_cli_with_explain(trained_model_dir, validation, tmp_path, capsys):
+def test_score_reports_reference_rates_and_recall_at_bytes():
+    decoded = [["a", "b", "c", "d"], ["é", "é", "f"]]
+    references = ["a b", "é f g"]
+    m = evaluate.score(decoded, references, [[], []], bootstrap=0, recall_bytes=3)
+    assert m["reference_repeat_word_pct"] == 0.0 and m["repeat_word_outputs_pct"] == 50.0
+    # "a b c d" -> "a b" (recall 1); "é é f" -> "é" (3 bytes: a 2-byte character and a space),
+    # which rouge-score's tokenizer (ASCII letters and digits only) reads as no word: recall 0
+    assert m["rouge1_recall_3b"] == 50.0
+    assert evaluate.score([["a", "b", "c", "d"]], ["a b"], [[]], bootstrap=0,
+                          recall_bytes=1)["rouge1_recall_1b"] == 50.0
+    assert evaluate.truncate_bytes(["héllo", "wörld", "x"], 8) == ["héllo", "w"]
+    assert evaluate.truncate_bytes(["héllo"], 2) == ["h"]  # never half a character
+
+
+def test_beam_search_on_the_model_equals_see_et_al_one_article_at_a_time(summarizer, validation):
+    """The batched in-graph search (articles of different lengths together, finished ones leaving
+    the batch) against the plain-Python port of See et al.'s search, run on one article at a
+    time on the same trained model."""
+    arts = [e.article for e in validation[:3]] + ["", "a short one ."]
+    beam, max_steps, min_steps = 3, 10, 2
+    out = summarizer.summarize(tf.constant(arts), beam_size=beam, max_steps=max_steps,
+                               min_steps=min_steps)
+    assert len(set(out["length"].numpy().tolist())) >= 2
+    for i, article in enumerate(arts):
+        feats = dict(summarizer.encode_text(tf.constant([article])),
+                     max_dec_steps=tf.constant(max_steps))
+        state, step_fn = summarizer.search_inputs(feats, beam)
+        ids, score = see_beam_search(step_fn, state, beam, max_steps, vocab_lib.START_ID,
+                                     vocab_lib.STOP_ID, min_steps)
+        words = vocab_lib.ids_to_words(tf.constant([ids or [0]], tf.int32), summarizer.words,
+                                       feats["oovs"]).numpy()[0][: len(ids)]
+        n = int(out["length"][i])
+        assert out["raw_tokens"].numpy()[i][:n].tolist() == words.tolist()
+        np.testing.assert_allclose(float(out["scores"][i]), score, rtol=1e-4)
+
+
+def test_replace_unk_puts_the_most_attended_source_word(trained_model_dir, validation):
+    s = Summarizer.from_model_dir(trained_model_dir)
+    # a model that generates (p_gen near 1) and says [UNK] for the words it used to copy:
+    # "[UNK] planted [UNK] trees ..." where it said "sarulul planted 887 trees ..."
+    bias = s.model.vocab_proj.bias
+    bias.assign(tf.tensor_scatter_nd_add(bias, [[vocab_lib.UNK_ID]], [20.0]))
+    s.model.cell.switch.dense.bias.assign([20.0])
+    arts = tf.constant([e.article for e in validation[:4]])
+    out = {k: v.numpy() for k, v in s.summarize(arts, verbose=True).items()}
+    replaced = 0
+    for b in range(4):
+        for t in range(out["length"][b]):
+            if out["raw_tokens"][b, t] == b"[UNK]":
+                src = out["source_tokens"][b, out["attention"][b, t].argmax()]
+                assert out["tokens"][b, t] == src != b"[UNK]"
+                replaced += 1
+            else:
+                assert out["tokens"][b, t] == out["raw_tokens"][b, t]
+    assert replaced >= 4
+    assert any(b"[UNK]" in x for x in out["raw_summaries"])
+    assert not any(b"[UNK]" in x for x in out["summaries"])
+    s.cfg.decode.replace_unk = False
+    off = s.summarize(arts)
+    np.testing.assert_array_equal(off["tokens"].numpy(), out["raw_tokens"])
+
+
+def test_sorted_batches_come_back_in_input_order(summarizer, validation):
+    examples = validation[:10]
+    tokens, _, _, raw = evaluate.decode_examples(summarizer, examples, 4, None, verbose=0,
+                                                 lengths=[-len(e.article) for e in examples])
+    out = summarizer.summarize(tf.constant([e.article for e in examples]))
+    for i, (toks, n) in enumerate(zip(out["tokens"].numpy(), out["length"].numpy())):
+        assert tokens[i] == [t.decode() for t in toks[:n]]
+    assert len(raw) == 10
+
+
+def test_fixed_length_decoding(summarizer, validation):
+    s = Summarizer(summarizer.model, summarizer.vocab, copy.deepcopy(summarizer.cfg))
+    s.cfg.decode.fixed_length = 5
+    out = s.summarize(tf.constant([e.article for e in validation[:4]]))
+    assert out["length"].numpy().tolist() == [5] * 4
+    assert all(b"[STOP]" not in t for t in out["tokens"].numpy().ravel())
+
+
+def test_abs_fixed_length_recombines_on_its_window(vocab, validation):
+    cfg = config_lib.tiny()
+    cfg.model.model_type, cfg.model.abs_window = "abs", 2
+    cfg.model.hidden_dim, cfg.model.emb_dim = 16, 8
+    cfg.decode.fixed_length, cfg.decode.beam_size = 6, 3
+    s = Summarizer(build_model(cfg.model, vocab.size), vocab, cfg)
+    arts = [e.article for e in validation[:3]]
+    out = s.summarize(tf.constant(arts))
+    assert out["length"].numpy().tolist() == [6] * 3
+    for i, article in enumerate(arts):
+        feats = dict(s.encode_text(tf.constant([article])), max_dec_steps=tf.constant(6))
+        state, step_fn = s.search_inputs(feats, 3)
+        ids, score = see_beam_search(step_fn, state, 3, 6, vocab_lib.START_ID,
+                                     vocab_lib.STOP_ID, min_steps=6, recombine_window=2)
+        assert out["raw_tokens"].numpy()[i].tolist() == [vocab.words[j].encode() for j in ids]
+        np.testing.assert_allclose(float(out["scores"][i]), score, rtol=1e-4)
+
+
+def test_summarize_cli_with_explain(trained_model_dir, summarizer, validation, tmp_path, capsys):
     html = tmp_path / "a.html"
     args = summarize.build_parser().parse_args(
         ["--model_dir", trained_model_dir, validation[0].article, "--explain", str(html)])
     summary = summarize.summarize(args)
-    assert summary and summary in capsys.readouterr().out
+    want = summarizer.summarize(tf.constant([validation[0].article]))
+    assert summary == want["summaries"].numpy()[0].decode() and summary in capsys.readouterr().out
     page = html.read_text()
-    assert "p_gen" in page and page.count("<tr><td><b>") >= 3  # a row per output word
+    n = int(want["length"][0])
+    assert n >= 3 and "p_gen" in page and page.count("<tr><td><b>") == n  # a row per word
     png = tmp_path / "a.png"
     args = summarize.build_parser().parse_args(
         ["--model_dir", trained_model_dir, validation[0].article, "--explain", str(png)])
     summarize.summarize(args)
     assert png.read_bytes()[:4] == b"\x89PNG"
+    capsys.readouterr()
     assert summarize.main(["--model_dir", str(tmp_path / "none"), "x"]) == 2
-    assert os.path.exists(trained_model_dir)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"pgn_tf.summarize: error: model dir {tmp_path / 'none'} does not exist"]
+    assert not (tmp_path / "none").exists()  # reading a model dir never creates one

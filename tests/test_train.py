@@ -236,14 +236,15 @@ def test_divergence_stops_clearly_and_never_keeps_a_non_finite_best(tmp_path, co
 
 
 def test_rouge_selection_and_early_stopping(tmp_path, corpus):
-    """train.select_by=rouge keeps the best validation ROUGE; with nothing to learn (rate 0)
+    """train.select_by=rouge keeps the best validation ROUGE; with nothing to learn (rate 1e-12)
     the second evaluation is no better, and patience 1 stops the run there."""
     code, out, err = train_in_process(
         tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],
         "--set", "train.select_by=rouge", "--set", "train.eval_rouge_examples=16",
         "--set", "train.eval_every=2", "--set", "train.early_stop_patience=1",
-        "--set", "train.learning_rate=0", "--set", "train.max_steps=50",
-        "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=8")
+        "--set", "train.learning_rate=1e-12", "--set", "train.max_steps=50",
+        "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=8",
+        "--set", "decode.min_dec_steps=0")
     assert code == 0, err[-2000:]
     result = json.loads((tmp_path / "train_result.json").read_text())
     assert result["stopped_early"] and result["final_step"] == 4, out[-2000:]

@@ -74,14 +74,15 @@ def read_examples(path: str, fmt: str, stats: ReadStats):
 
 
 def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
-                  verbose: int | None = None) -> list[str]:
+                  convert: bool = True, verbose: int | None = None) -> list[str]:
     """TFRecord files for a data path of any format.
 
     TFRecords (a file or glob) are used in place, their first records checked (the rest are
     checked as they are read, tfrecord.checked_records); other formats are converted
     once into `cache_dir` (keyed by the source's name, size and mtime) and reused after, with
     a progress bar of the records converted (verbose None: when stdout is a terminal).
-    Raises ValueError naming the path when it is missing, empty or unreadable.
+    convert=False (a multi-worker run's non-chief workers: the chief converts) only finds the
+    cache. Raises ValueError naming the path when it is missing, empty or unreadable.
     """
     if not path:
         raise ValueError("no data path given")
@@ -103,6 +104,9 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
     done = prefix + ".done"
     if tf.io.gfile.exists(done):
         return sorted(tf.io.gfile.glob(prefix + "-*.tfrecord"))
+    if not convert:
+        raise ValueError(f"data path {path}: its TFRecord cache {done} is missing; every worker "
+                         f"must see the same data path and model dir (a shared file system)")
     tf.io.gfile.makedirs(cache_dir)
     stats = ReadStats()
     bar = progress.progbar(None, "record", verbose)
@@ -117,6 +121,16 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
     if stats.dropped:
         print(f"[pgn_tf] {path}: {stats.summary()}")
     return files
+
+
+def shard_by_data(ds: tf.data.Dataset) -> tf.data.Dataset:
+    """Multi-worker input: every worker reads the same stream and keeps its part of each
+    global batch (tf.data AutoShardPolicy.DATA). File-based sharding would need at least as
+    many files as workers (a converted corpus is one file) and would make the batches depend on
+    the number of workers; by data, a seed gives the same global batches on any cluster."""
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    return ds.with_options(options)
 
 
 def tokenize_fn(cfg: DataConfig):

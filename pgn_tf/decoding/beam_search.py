@@ -1,23 +1,61 @@
-"""Batched beam search in one tf.while_loop: every article x every beam advances together.
+"""Batched beam search in one tf.while_loop: every article x every beam advances together, and
+each article stops at its own K finished hypotheses.
 
 Written against the search interface (STYLE.md habit 5) and nothing else:
-    step_fn(ids int32 [B*K], step int32, state) -> (log_probs float32 [B*K, W], state, extras)
-where W is the (extended) vocabulary width and `state` any nest of [B*K, ...] tensors, reordered
-as one unit by `reorder_state`. The search knows nothing about pointers or coverage.
+    step_fn(ids int32 [N], step int32, state) -> (log_probs float32 [N, W], state, extras)
+where N = b*K rows (b articles still decoding, K beams each), W the (extended) vocabulary width
+and `state` any nest of [N, ...] tensors. Two dict keys of the state are special:
+  ARTICLE ("per_article"): tensors that are the same for the K beams of an article (the tiled
+    encoder outputs, masks, extended ids). Beam reordering leaves them alone; they are gathered
+    only when finished articles leave the batch.
+  SHARED ("shared"): per-batch tensors (a tied output matrix), never tiled nor gathered.
+The search knows nothing about pointers or coverage; it reads the extras "attn" float [N, L]
+(GNMT coverage penalty, `return_extras`) and "p_gen" float [N] (`return_extras`) only.
 
-Scores follow See et al. (2017): a finished hypothesis is ranked by its average log-probability
-(length_penalty = 0), or by log p / ((5 + len) / 6)^alpha (GNMT) for length_penalty = alpha > 0.
-The search ends when every article has K finished hypotheses (See et al.'s criterion) or at
-max_steps; an article with none finished falls back to its best unfinished hypothesis.
+Semantics: See et al.'s released beam search (abisee/pointer-generator `beam_search.py`), per
+article:
+  - each step, the K live hypotheses of an article are extended by every token and the best 2K
+    candidates are ranked by summed log-probability; a candidate ending in [STOP] joins the
+    article's finished results if it ranks above the K-th live one and the step is at least
+    min_steps ([STOP] is impossible before that); the best K others stay live;
+  - the article stops when it has K finished results or after max_steps steps, independently
+    of its batch-mates: its result does not depend on the batch it is decoded in
+    (tests/decoding/test_search.py decodes articles alone and among others);
+  - results are ranked by the average log-probability over len(tokens), counting [START] and
+    [STOP] as See et al.'s `avg_log_prob` does: a summary of n words ending in [STOP] is divided
+    by n + 2, a live hypothesis of n words (the fallback of an article with no finished one) by
+    n + 1. length_penalty = alpha > 0 ranks by log p / ((5 + |Y|) / 6)^alpha instead (Wu et al.
+    2016, GNMT), |Y| the emitted tokens with [STOP];
+  - coverage_penalty = beta > 0 adds GNMT's cp = beta * sum_i log(min(sum_t a_t,i, 1)) to that
+    score (Wu et al. 2016 eq. 14); the attention sum of each hypothesis is carried in the loop
+    and follows its beam. Source positions never attended (padding) are left out of the sum.
+  - recombine_window = C > 0 merges hypotheses whose last C ids are equal, keeping the better
+    (Rush et al. 2015 section 5: exact for a model whose state is its last C ids, as ABS's
+    NNLM; with it the candidate pool grows from 2K to K^2, which always holds the K best
+    distinct windows).
+With these rules beam 1 is exactly greedy search and a wide beam finds the exhaustive optimum
+(both tested).
 
-Loop state (B articles, K beams, T = max_steps, L = source length):
-    alive_seq      int32 [B, K, T]   tokens of live hypotheses (without [START])
-    alive_logp     float [B, K]      their summed log-probabilities
-    fin_seq        int32 [B, K, T]   finished hypotheses (ending in [STOP], which is stored)
-    fin_score      float [B, K]      their normalised scores (-inf = empty slot)
-    fin_len        int32 [B, K]
-    model state    nest of [B*K, ...]
-    alive_attn     float [B, K, T, L] and alive_pgen [B, K, T] (only with return_extras)
+Speed: finished articles leave the batch. When the live articles fall to `compact_below` of
+the rows being decoded, every per-article and per-hypothesis tensor is gathered down to them
+(the loop's batch dimension is dynamic); a finished article's result is written into [B, ...]
+output buffers at its original index the step it finishes.
+
+Loop state (b live articles, K beams, T = max_steps, L = source length, P = candidate pool):
+    step         int32 []
+    orig         int32 [b]          original index of each live article
+    done         bool [b]           finished (result written), not yet compacted away
+    ids          int32 [b*K]        last token of each hypothesis
+    alive_seq    int32 [b, K, T]    tokens of live hypotheses (without [START])
+    alive_logp   float [b, K]       their summed log-probabilities (-1e9 = empty slot)
+    fin_seq      int32 [b, K, T]    finished hypotheses ([STOP] stored at fin_len)
+    fin_score    float [b, K]       their normalised scores (-1e9 = empty slot)
+    fin_len      int32 [b, K]       tokens before [STOP]
+    state        nest of [b*K, ...] (ARTICLE part [b*K, ...] too)
+    alive_cov    float [b, K, L]    attention sums (coverage_penalty > 0 only)
+    alive_<x>, fin_<x>              extras of the hypotheses: attn [b, K, T, L], p_gen [b, K, T],
+                                    src_pos int32 [b, K, T] (argmax of attn)
+    out          dict of [B, ...]   results: ids [B, T], length [B], score [B], extras
 """
 
 from __future__ import annotations
@@ -25,14 +63,36 @@ from __future__ import annotations
 import tensorflow as tf
 
 NEG_INF = -1e9
+_NO_BAN = 3e38  # a column update value that leaves a log-probability as it is (min(x, 3e38))
+
+SHARED = "shared"  # a dict key whose tensors are the same for every hypothesis: never tiled
+ARTICLE = "per_article"  # a dict key whose tensors are the same for an article's K beams
+
+EXTRAS = ("attn", "p_gen", "src_pos")
+
+
+def map_state(state, on_hyp, on_article, on_other=None):
+    """Applies on_hyp to every per-hypothesis tensor of a nest, on_article to those under an
+    ARTICLE key and on_other (default: identity) to SHARED tensors and scalars."""
+    on_other = on_other or (lambda t: t)
+
+    def walk(x, in_article, shared):
+        if isinstance(x, dict):
+            return {k: walk(v, in_article or k == ARTICLE, shared or k == SHARED)
+                    for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(walk(v, in_article, shared) for v in x)
+        if shared or x.shape.rank == 0:
+            return on_other(x)
+        return on_article(x) if in_article else on_hyp(x)
+
+    return walk(state, False, False)
 
 
 def reorder_state(state, flat_indices: tf.Tensor):
-    """Gathers every per-hypothesis tensor of a nested state (OpenNMT-tf `_reorder_state`)."""
-    return tf.nest.map_structure(lambda t: tf.gather(t, flat_indices), state)
-
-
-SHARED = "shared"  # a dict key whose tensors are the same for every hypothesis: never tiled
+    """Gathers every per-hypothesis tensor of a nested state (OpenNMT-tf `_reorder_state`);
+    per-article (ARTICLE) tensors are the same for an article's beams and stay as they are."""
+    return map_state(state, lambda t: tf.gather(t, flat_indices), lambda t: t)
 
 
 def tile_beams(nest, beam_size):
@@ -40,14 +100,9 @@ def tile_beams(nest, beam_size):
     under a dict key "shared" (per-batch tensors such as a tied output matrix)."""
 
     def tile(t):
-        if t.shape.rank == 0:
-            return t
         return tf.repeat(t, beam_size, axis=0)
 
-    if isinstance(nest, dict) and SHARED in nest:
-        rest = {k: v for k, v in nest.items() if k != SHARED}
-        return dict(tf.nest.map_structure(tile, rest), **{SHARED: nest[SHARED]})
-    return tf.nest.map_structure(tile, nest)
+    return map_state(nest, tile, tile)
 
 
 def keep_shapes(body):
@@ -61,11 +116,21 @@ def keep_shapes(body):
     return wrapped
 
 
-def length_norm(length: tf.Tensor, alpha: float) -> tf.Tensor:
-    length = tf.cast(length, tf.float32)
+def length_norm(emitted: tf.Tensor, alpha: float) -> tf.Tensor:
+    """The divisor of a hypothesis' log-probability. emitted: tokens after [START] ([STOP]
+    included when finished). alpha = 0: len(tokens) with [START], as See et al.'s avg_log_prob;
+    alpha > 0: GNMT's ((5 + |Y|) / 6)^alpha."""
+    emitted = tf.cast(emitted, tf.float32)
     if alpha and alpha > 0:
-        return tf.pow((5.0 + length) / 6.0, alpha)
-    return tf.maximum(length, 1.0)
+        return tf.pow((5.0 + emitted) / 6.0, alpha)
+    return emitted + 1.0
+
+
+def gnmt_coverage_penalty(attn_sum: tf.Tensor, beta: float) -> tf.Tensor:
+    """Wu et al. (2016) eq. 14: beta * sum_i log(min(sum_t a_t,i, 1)). attn_sum: float
+    [..., L] -> [...]; positions with a zero sum (padding) contribute 0."""
+    logs = tf.math.log(tf.minimum(tf.maximum(attn_sum, 1e-30), 1.0))
+    return beta * tf.reduce_sum(tf.where(attn_sum > 0, logs, 0.0), axis=-1)
 
 
 def constrain(
@@ -76,24 +141,31 @@ def constrain(
     min_steps,
     unk_id: int | None = None,
     block_trigrams: bool = False,
+    repeat_exempt: tf.Tensor | None = None,
 ) -> tf.Tensor:
-    """Decoding constraints shared by beam, greedy and sampling search.
+    """Decoding constraints shared by beam, greedy and sampling search, as one column update
+    (a scatter of at most N * (2 + 2T) entries into log_probs, never a full-width mask).
 
     log_probs: float [N, W]; seq: int32 [N, T] tokens so far (positions < step are valid).
     - before min_steps, [STOP] is impossible;
     - unk_id: [UNK] is never emitted (there is always an alternative);
     - block_trigrams (Paulus et al. 2017): a token that would repeat a trigram already in the
-      hypothesis gets probability 0.
+      hypothesis gets probability 0;
+    - repeat_exempt: bool [V] (V <= W; ids >= V count as words): a hypothesis may not emit a
+      token it already emitted unless exempt (the repeated-word block; inference.py builds it from the vocabulary).
+    Banned entries become min(log p, -1e9).
     """
-    width = tf.shape(log_probs)[1]
     n = tf.shape(log_probs)[0]
-    vocab_ids = tf.range(width)[None, :]
-    banned = tf.zeros_like(log_probs, dtype=tf.bool)
-    banned |= tf.logical_and(tf.equal(vocab_ids, stop_id), step < min_steps)
+    t = tf.shape(seq)[1]
+    neg = tf.constant(NEG_INF, log_probs.dtype)
+    keep = tf.constant(_NO_BAN, log_probs.dtype)
+    rows = tf.range(n)
+    per_row = tf.ones_like(rows)
+    # (rows, cols, values) blocks, each [N * m]
+    blocks = [(rows, stop_id * per_row, tf.fill([n], tf.where(step < min_steps, neg, keep)))]
     if unk_id is not None:
-        banned |= tf.equal(vocab_ids, unk_id)
+        blocks.append((rows, unk_id * per_row, tf.fill([n], neg)))
     if block_trigrams:
-        t = tf.shape(seq)[1]
         last2 = tf.gather(seq, tf.maximum(step - 2, 0), axis=1)  # [N]
         last1 = tf.gather(seq, tf.maximum(step - 1, 0), axis=1)
         j = tf.range(t - 2)  # a trigram (seq[j], seq[j+1], seq[j+2]) fully emitted: j + 2 < step
@@ -103,11 +175,74 @@ def constrain(
             & (j[None, :] + 2 < step)
             & (step >= 2)
         )  # [N, T-2]
-        rows = tf.broadcast_to(tf.range(n)[:, None], tf.shape(match))
-        idx = tf.stack([tf.boolean_mask(rows, match), tf.boolean_mask(seq[:, 2:], match)], axis=1)
-        hits = tf.scatter_nd(idx, tf.ones([tf.shape(idx)[0]], tf.int32), tf.shape(log_probs))
-        banned |= hits > 0
-    return tf.where(banned, tf.constant(NEG_INF, log_probs.dtype), log_probs)
+        blocks.append((tf.repeat(rows, t - 2), tf.reshape(seq[:, 2:], [-1]),
+                       tf.reshape(tf.where(match, neg, keep), [-1])))
+    if repeat_exempt is not None:
+        exempt = tf.convert_to_tensor(repeat_exempt, tf.bool)
+        v = tf.shape(exempt)[0]
+        is_exempt = tf.gather(exempt, tf.minimum(seq, v - 1)) & (seq < v)  # [N, T]
+        emitted = tf.range(t)[None, :] < step
+        blocks.append((tf.repeat(rows, t), tf.reshape(seq, [-1]),
+                       tf.reshape(tf.where(emitted & ~is_exempt, neg, keep), [-1])))
+    idx = tf.stack([tf.concat([b[0] for b in blocks], 0), tf.concat([b[1] for b in blocks], 0)],
+                   axis=1)  # [U, 2]
+    return tf.tensor_scatter_nd_min(log_probs, idx, tf.concat([b[2] for b in blocks], 0))
+
+
+def top_candidates(log_probs: tf.Tensor, alive_logp: tf.Tensor, pool, chunk: int = 32):
+    """The `pool` best candidates (hypothesis, token) of each article by summed log-prob.
+
+    log_probs: float [b*K, W]; alive_logp: float [b, K]. Returns (scores float [b, P], beam
+    int32 [b, P], token int32 [b, P]), best first, P = min(pool, K * min(pool, W)).
+
+    Equal to top_k over the [b, K * W] sums (up to the order of exactly equal scores), with less
+    work: a hypothesis' own P best tokens are found among the P chunks of `chunk` columns with
+    the highest maxima (a chunk's maximum bounds its members, so no better token lies
+    elsewhere), and alive_logp, the same for a whole row, is added to those P only.
+    """
+    n, width = tf.shape(log_probs)[0], tf.shape(log_probs)[1]
+    b, k = tf.shape(alive_logp)[0], tf.shape(alive_logp)[1]
+    per_row = tf.minimum(pool, width)
+    chunks = (width + chunk - 1) // chunk
+    padded = tf.pad(log_probs, [[0, 0], [0, chunks * chunk - width]],
+                    constant_values=float("-inf"))
+    blocks = tf.reshape(padded, [n, chunks, chunk])
+    _, best_chunks = tf.math.top_k(tf.reduce_max(blocks, axis=2),
+                                   k=tf.minimum(per_row, chunks))  # [N, C']
+    picked = tf.reshape(tf.gather(blocks, best_chunks, batch_dims=1), [n, -1])  # [N, C' * c]
+    row_scores, pos = tf.math.top_k(picked, k=per_row)  # [N, P']
+    row_tokens = tf.gather(best_chunks, pos // chunk, batch_dims=1) * chunk + pos % chunk
+    sums = tf.reshape(tf.reshape(row_scores, [b, k, per_row]) + alive_logp[:, :, None],
+                      [b, k * per_row])
+    scores, idx = tf.math.top_k(sums, k=tf.minimum(pool, k * per_row))  # [b, P]
+    beam = idx // per_row
+    token = tf.gather(tf.reshape(row_tokens, [b, k * per_row]), idx, batch_dims=1)
+    return scores, beam, token
+
+
+def _recombined(cand_seq, is_stop, valid, step, window: int):
+    """bool [b, P]: live candidate j is merged into a better live candidate i < j (top_k order)
+    whose last `window` ids are the same (Rush et al. 2015, hypothesis recombination)."""
+    pos = step - window + 1 + tf.range(window)  # the window's positions, [C]
+    last = tf.gather(cand_seq, tf.maximum(pos, 0), axis=2)  # [b, P, C]
+    same = tf.reduce_all(
+        tf.equal(last[:, :, None, :], last[:, None, :, :]) | (pos < 0), axis=-1
+    )  # [b, P, P]; positions before the first token are [START] for every hypothesis
+    p = tf.shape(cand_seq)[1]
+    earlier = tf.range(p)[:, None] < tf.range(p)[None, :]  # i < j
+    live = valid & ~is_stop
+    return tf.reduce_any(same & earlier[None] & live[:, :, None], axis=1) & live
+
+
+def _wanted_extras(return_extras) -> tuple[str, ...]:
+    if return_extras is True:
+        return ("attn", "p_gen")
+    if not return_extras:
+        return ()
+    unknown = set(return_extras) - set(EXTRAS)
+    if unknown:
+        raise ValueError(f"return_extras: unknown {sorted(unknown)}, choose from {EXTRAS}")
+    return tuple(return_extras)
 
 
 def beam_search(
@@ -122,135 +257,202 @@ def beam_search(
     length_penalty: float = 0.0,
     block_trigrams: bool = False,
     unk_id: int | None = None,
-    return_extras: bool = False,
+    return_extras=False,
     src_len=None,
+    coverage_penalty: float = 0.0,
+    repeat_exempt=None,
+    recombine_window: int = 0,
+    compact_below: float = 1.0,
 ):
-    """Runs the search.
+    """Runs the search (semantics in the module docstring).
 
     Args:
       step_fn: the search interface (module docstring).
       initial_state: nest of [B*K, ...] tensors (already tiled with `tile_beams`).
       batch_size B, beam_size K, max_steps T, min_steps: ints or int32 scalars.
-      unk_id: if set, [UNK] is never emitted. block_trigrams: Paulus et al.'s trigram blocking.
-      return_extras: also return the best hypothesis' attention [B, T, src_len] and p_gen [B, T]
-        (step_fn's extras "attn" and "p_gen"); needs src_len.
+      length_penalty: 0 = average log-prob (See et al.), alpha > 0 = GNMT's.
+      block_trigrams: Paulus et al.'s trigram blocking. unk_id: if set, [UNK] is never emitted.
+      return_extras: True (= ("attn", "p_gen")) or a tuple of "attn", "p_gen", "src_pos": the
+        best hypothesis' attention [B, T, L], p_gen [B, T], argmax of the attention int32
+        [B, T] (step_fn's extras "attn" [N, L] and "p_gen" [N]); "attn" needs src_len.
+      coverage_penalty: GNMT's beta (0 = off); needs src_len and the extra "attn".
+      repeat_exempt: bool [V] or None: the repeated-word block (`constrain`).
+      recombine_window: C > 0 merges hypotheses with the same last C ids (0 = off).
+      compact_below: finished articles leave the batch once the live ones are at most this
+        share of the rows decoded (1.0: at every step where one finishes; 0: never).
 
     Returns dict:
       ids int32 [B, T] best hypothesis (padded with 0 after its end, [STOP] excluded),
-      length int32 [B] (tokens before [STOP]), score float32 [B] (normalised log-prob),
-      and with return_extras: attn float32 [B, T, L], p_gen float32 [B, T].
+      length int32 [B] (tokens before [STOP]), score float32 [B] (its ranking score),
+      and the requested extras (zero after the end).
     """
     B, K, T = batch_size, beam_size, max_steps
-    BK = B * K
-    alive_seq = tf.zeros([B, K, T], tf.int32)
+    extras = _wanted_extras(return_extras)
+    beta = float(coverage_penalty or 0.0)
+    if ("attn" in extras or beta > 0) and src_len is None:
+        raise ValueError("beam_search: src_len is needed for the attention extras and the "
+                         "coverage penalty")
+    pool = 2 * K
+    if recombine_window:
+        pool = tf.maximum(pool, K * K)
+
+    alive_logp = tf.tile(tf.concat([[0.0], tf.fill([K - 1], NEG_INF)], 0)[None, :], [B, 1])
     # Only the first beam is live at step 0, so the K beams do not start as K copies.
-    alive_logp = tf.tile(
-        tf.concat([[0.0], tf.fill([K - 1], NEG_INF)], 0)[None, :], [B, 1]
-    )
-    fin_seq = tf.zeros([B, K, T], tf.int32)
-    fin_score = tf.fill([B, K], NEG_INF)
-    fin_len = tf.zeros([B, K], tf.int32)
-    ids = tf.fill([BK], start_id)
-    extras0 = {}
-    if return_extras:
-        extras0 = {
-            "alive_attn": tf.zeros([B, K, T, src_len]),
-            "alive_pgen": tf.zeros([B, K, T]),
-            "fin_attn": tf.zeros([B, K, T, src_len]),
-            "fin_pgen": tf.zeros([B, K, T]),
-        }
+    ex = {}
+    out = {"ids": tf.zeros([B, T], tf.int32), "length": tf.zeros([B], tf.int32),
+           "score": tf.zeros([B])}
+    for x in extras:
+        tail = [src_len] if x == "attn" else []
+        dtype = tf.int32 if x == "src_pos" else tf.float32
+        ex[f"alive_{x}"] = tf.zeros([B, K, T] + tail, dtype)
+        ex[f"fin_{x}"] = tf.zeros([B, K, T] + tail, dtype)
+        out[x] = tf.zeros([B, T] + tail, dtype)
+    if beta > 0:
+        ex["alive_cov"] = tf.zeros([B, K, src_len])
+    lv = {
+        "step": tf.constant(0),
+        "orig": tf.range(B),
+        "done": tf.zeros([B], tf.bool),
+        "ids": tf.fill([B * K], start_id),
+        "alive_seq": tf.zeros([B, K, T], tf.int32),
+        "alive_logp": alive_logp,
+        "fin_seq": tf.zeros([B, K, T], tf.int32),
+        "fin_score": tf.fill([B, K], NEG_INF),
+        "fin_len": tf.zeros([B, K], tf.int32),
+        "state": initial_state,
+        "ex": ex,
+        "out": out,
+    }
+    article_keys = ("orig", "done", "alive_seq", "alive_logp", "fin_seq", "fin_score",
+                    "fin_len", "ex")
 
-    def cond(step, ids, alive_seq, alive_logp, fin_seq, fin_score, fin_len, state, ex):
-        all_full = tf.reduce_all(fin_score[:, -1] > NEG_INF / 2)  # K finished everywhere
-        return tf.logical_and(step < T, tf.logical_not(all_full))
+    def cond(lv):
+        return tf.logical_and(lv["step"] < T, tf.reduce_any(~lv["done"]))
 
-    def body(step, ids, alive_seq, alive_logp, fin_seq, fin_score, fin_len, state, ex):
-        log_probs, state, step_extras = step_fn(ids, step, state)  # [BK, W]
-        log_probs = constrain(
-            tf.cast(log_probs, tf.float32), tf.reshape(alive_seq, [BK, T]), step, stop_id,
-            min_steps, unk_id, block_trigrams,
-        )
-        width = tf.shape(log_probs)[1]
-        scores = alive_logp[:, :, None] + tf.reshape(log_probs, [B, K, width])
-        flat = tf.reshape(scores, [B, K * width])
-        top_scores, top_idx = tf.math.top_k(flat, k=2 * K)  # [B, 2K]
-        beam_idx = top_idx // width
-        token = top_idx % width
-        batch_off = tf.range(B)[:, None] * K
-        cand_seq = tf.gather(alive_seq, beam_idx, batch_dims=1)  # [B, 2K, T]
-        cand_seq = tf.where(
-            tf.equal(tf.range(T), step)[None, None, :], token[:, :, None], cand_seq
-        )
+    def body(lv):
+        step, ex = lv["step"], lv["ex"]
+        b = tf.shape(lv["orig"])[0]
+        bk = b * K
+        log_probs, state, step_ex = step_fn(lv["ids"], step, lv["state"])
+        log_probs = constrain(tf.cast(log_probs, tf.float32), tf.reshape(lv["alive_seq"], [bk, T]),
+                              step, stop_id, min_steps, unk_id, block_trigrams, repeat_exempt)
+        top_scores, beam_idx, token = top_candidates(log_probs, lv["alive_logp"], pool)
+        here = tf.equal(tf.range(T), step)  # [T]
+        cand_seq = tf.where(here[None, None, :], token[:, :, None],
+                            tf.gather(lv["alive_seq"], beam_idx, batch_dims=1))  # [b, P, T]
         is_stop = tf.equal(token, stop_id)
         valid = top_scores > NEG_INF / 2
+        if recombine_window:
+            valid &= ~_recombined(cand_seq, is_stop, valid, step, int(recombine_window))
 
         # Live hypotheses: the best K candidates that did not stop.
         live_scores = tf.where(is_stop | ~valid, NEG_INF * 2, top_scores)
-        new_logp, live_pos = tf.math.top_k(live_scores, k=K)  # [B, K]
-        new_seq = tf.gather(cand_seq, live_pos, batch_dims=1)
-        parent = tf.gather(beam_idx, live_pos, batch_dims=1)  # [B, K]
-        flat_parent = tf.reshape(parent + batch_off, [BK])
-        state = reorder_state(state, flat_parent)
-        new_ids = tf.reshape(tf.gather(token, live_pos, batch_dims=1), [BK])
+        new_logp, live_pos = tf.math.top_k(live_scores, k=K)  # [b, K]
         new_logp = tf.maximum(new_logp, NEG_INF)
+        parent = tf.gather(beam_idx, live_pos, batch_dims=1)  # [b, K]
+        state = reorder_state(state, tf.reshape(parent + tf.range(b)[:, None] * K, [bk]))
+        new_ids = tf.reshape(tf.gather(token, live_pos, batch_dims=1), [bk])
+        new_seq = tf.gather(cand_seq, live_pos, batch_dims=1)
+
+        step_attn = None
+        if beta > 0 or "attn" in extras or "src_pos" in extras:
+            step_attn = tf.reshape(tf.cast(step_ex["attn"], tf.float32), [b, K, -1])  # [b, K, L]
+        cand_pen = 0.0
+        new_ex = {}
+        if beta > 0:
+            cand_cov = (tf.gather(ex["alive_cov"], beam_idx, batch_dims=1)
+                        + tf.gather(step_attn, beam_idx, batch_dims=1))  # [b, P, L]
+            cand_pen = gnmt_coverage_penalty(cand_cov, beta)  # [b, P]
+            new_ex["alive_cov"] = tf.gather(cand_cov, live_pos, batch_dims=1)
 
         # Finished hypotheses: merge the stopped candidates into the K best so far.
         # As in See et al.'s code, a stopped candidate counts only if it ranks above the K-th
         # live one (so beam 1 is exactly greedy search).
-        live_before = tf.cumsum(tf.cast(~is_stop, tf.int32), axis=1, exclusive=True)
+        live_before = tf.cumsum(tf.cast(~is_stop & valid, tf.int32), axis=1, exclusive=True)
         accepted = is_stop & valid & (live_before < K)
-        stop_norm = top_scores / length_norm(step + 1, length_penalty)
-        stop_scores = tf.where(accepted, stop_norm, NEG_INF)
-        all_scores = tf.concat([fin_score, stop_scores], axis=1)  # [B, 3K]
-        all_seq = tf.concat([fin_seq, cand_seq], axis=1)
-        all_len = tf.concat([fin_len, tf.fill([B, 2 * K], step)], axis=1)
-        fin_score, fin_pos = tf.math.top_k(all_scores, k=K)
-        fin_seq = tf.gather(all_seq, fin_pos, batch_dims=1)
-        fin_len = tf.gather(all_len, fin_pos, batch_dims=1)
+        stop_norm = top_scores / length_norm(step + 1, length_penalty) + cand_pen
+        all_scores = tf.concat([lv["fin_score"], tf.where(accepted, stop_norm, NEG_INF)], 1)
+        fin_score, fin_pos = tf.math.top_k(all_scores, k=K)  # [b, K]
+        fin_seq = tf.gather(tf.concat([lv["fin_seq"], cand_seq], 1), fin_pos, batch_dims=1)
+        fin_len = tf.gather(tf.concat([lv["fin_len"], tf.fill(tf.shape(token), step)], 1),
+                            fin_pos, batch_dims=1)
 
-        if return_extras:
-            here = tf.equal(tf.range(T), step)  # [T]
-            # float32 buffers whatever the model computes in (bf16 under mixed precision)
-            attn = tf.reshape(tf.cast(step_extras["attn"], tf.float32), [B, K, -1])
-            pgen = tf.reshape(tf.cast(step_extras["p_gen"], tf.float32), [B, K])
-            cand_attn = tf.gather(ex["alive_attn"], beam_idx, batch_dims=1)  # [B, 2K, T, L]
-            cand_attn = tf.where(
-                here[None, None, :, None],
-                tf.gather(attn, beam_idx, batch_dims=1)[:, :, None, :],
-                cand_attn,
-            )
-            cand_pgen = tf.where(
-                here[None, None, :],
-                tf.gather(pgen, beam_idx, batch_dims=1)[:, :, None],
-                tf.gather(ex["alive_pgen"], beam_idx, batch_dims=1),
-            )
-            ex = {
-                "alive_attn": tf.gather(cand_attn, live_pos, batch_dims=1),
-                "alive_pgen": tf.gather(cand_pgen, live_pos, batch_dims=1),
-                "fin_attn": tf.gather(tf.concat([ex["fin_attn"], cand_attn], 1), fin_pos,
-                                      batch_dims=1),
-                "fin_pgen": tf.gather(tf.concat([ex["fin_pgen"], cand_pgen], 1), fin_pos,
-                                      batch_dims=1),
-            }
-        return step + 1, new_ids, new_seq, new_logp, fin_seq, fin_score, fin_len, state, ex
+        for x in extras:
+            if x == "attn":
+                now = step_attn
+            elif x == "p_gen":
+                now = tf.reshape(tf.cast(step_ex["p_gen"], tf.float32), [b, K])
+            else:
+                now = tf.argmax(step_attn, axis=-1, output_type=tf.int32)
+            at = tf.reshape(here, [1, 1, -1] + [1] * (now.shape.rank - 2))
+            cand = tf.where(at, tf.expand_dims(tf.gather(now, beam_idx, batch_dims=1), 2),
+                            tf.gather(ex[f"alive_{x}"], beam_idx, batch_dims=1))  # [b, P, T..]
+            new_ex[f"alive_{x}"] = tf.gather(cand, live_pos, batch_dims=1)
+            new_ex[f"fin_{x}"] = tf.gather(tf.concat([ex[f"fin_{x}"], cand], 1), fin_pos,
+                                           batch_dims=1)
 
-    loop_vars = (tf.constant(0), ids, alive_seq, alive_logp, fin_seq, fin_score, fin_len,
-                 initial_state, extras0)
-    step, _, alive_seq, alive_logp, fin_seq, fin_score, fin_len, _, ex = tf.while_loop(
-        cond, keep_shapes(body), loop_vars
-    )
+        # Articles that finish now (K results, or the last step) write their result.
+        write = ~lv["done"] & ((fin_score[:, -1] > NEG_INF / 2) | (step + 1 >= T))  # [b]
+        has_fin = fin_score[:, 0] > NEG_INF / 2
+        # An article with no finished hypothesis keeps its best live one.
+        alive_final = new_logp / length_norm(step + 1, length_penalty)  # [b, K]
+        if beta > 0:
+            alive_final += gnmt_coverage_penalty(new_ex["alive_cov"], beta)
+        best_alive = tf.argmax(alive_final, axis=1, output_type=tf.int32)  # [b]
+        length = tf.where(has_fin, fin_len[:, 0], step + 1)
+        keep = tf.range(T)[None, :] < length[:, None]  # [b, T]
 
-    # An article with no finished hypothesis keeps its best live one (scored at its length).
-    has_fin = fin_score[:, 0] > NEG_INF / 2  # [B]
-    alive_norm = alive_logp[:, 0] / length_norm(step, length_penalty)
-    best_seq = tf.where(has_fin[:, None], fin_seq[:, 0], alive_seq[:, 0])  # [B, T]
-    length = tf.where(has_fin, fin_len[:, 0], step)  # fin_len = index of [STOP] = tokens before it
-    score = tf.where(has_fin, fin_score[:, 0], alive_norm)
-    keep = tf.range(T)[None, :] < length[:, None]
-    result = {"ids": tf.where(keep, best_seq, 0), "length": length, "score": score}
-    if return_extras:
-        attn = tf.where(has_fin[:, None, None], ex["fin_attn"][:, 0], ex["alive_attn"][:, 0])
-        pgen = tf.where(has_fin[:, None], ex["fin_pgen"][:, 0], ex["alive_pgen"][:, 0])
-        result["attn"] = attn * tf.cast(keep, tf.float32)[:, :, None]
-        result["p_gen"] = pgen * tf.cast(keep, tf.float32)
-    return result
+        def best(fin, alive):
+            x = tf.where(tf.reshape(has_fin, [-1] + [1] * (fin.shape.rank - 2)), fin[:, 0],
+                         tf.gather(alive, best_alive, batch_dims=1))
+            return tf.where(tf.reshape(keep, [b, T] + [1] * (fin.shape.rank - 3)), x,
+                            tf.zeros_like(x))
+
+        result = {
+            "ids": best(fin_seq, new_seq),
+            "length": length,
+            "score": tf.where(has_fin, fin_score[:, 0], tf.reduce_max(alive_final, axis=1)),
+        }
+        for x in extras:
+            result[x] = best(new_ex[f"fin_{x}"], new_ex[f"alive_{x}"])
+        rows = tf.where(write)  # [m, 1]
+        target = tf.gather_nd(lv["orig"], rows)[:, None]  # [m, 1]
+        out = {k: tf.tensor_scatter_nd_update(v, target, tf.gather_nd(result[k], rows))
+               for k, v in lv["out"].items()}
+        done = lv["done"] | write
+
+        new = {
+            "step": step + 1, "orig": lv["orig"], "done": done, "ids": new_ids,
+            "alive_seq": new_seq, "alive_logp": new_logp, "fin_seq": fin_seq,
+            "fin_score": fin_score, "fin_len": fin_len, "state": state, "ex": new_ex, "out": out,
+        }
+        n_live = tf.reduce_sum(tf.cast(~done, tf.int32))
+        shrink = ((n_live > 0) & (n_live < b)
+                  & (tf.cast(n_live, tf.float32) <= compact_below * tf.cast(b, tf.float32)))
+        if compact_below > 0:
+            new = tf.cond(shrink, lambda: _compact(new, tf.where(~done)[:, 0], K, article_keys),
+                          lambda: new)
+        return (tf.nest.map_structure(tf.ensure_shape, new, invariants),)
+
+    def dynamic(t):
+        return tf.TensorShape([None]).concatenate(t.shape[1:])
+
+    invariants = {k: (tf.nest.map_structure(lambda t: t.shape, v) if k in ("step", "out")
+                      else tf.nest.map_structure(dynamic, v)) for k, v in lv.items()
+                  if k != "state"}
+    invariants["state"] = map_state(lv["state"], dynamic, dynamic, lambda t: t.shape)
+    invariants = {k: invariants[k] for k in lv}
+    (lv,) = tf.while_loop(cond, body, (lv,), shape_invariants=(invariants,))
+    return lv["out"]
+
+
+def _compact(lv: dict, keep: tf.Tensor, beam_size, article_keys) -> dict:
+    """Keeps the articles `keep` (int [m]) of every per-article and per-hypothesis tensor."""
+    rows = tf.reshape(tf.cast(keep, tf.int32)[:, None] * beam_size + tf.range(beam_size), [-1])
+    out = dict(lv)
+    for k in article_keys:
+        out[k] = tf.nest.map_structure(lambda t: tf.gather(t, keep), lv[k])
+    out["ids"] = tf.gather(lv["ids"], rows)
+    out["state"] = map_state(lv["state"], lambda t: tf.gather(t, rows),
+                             lambda t: tf.gather(t, rows))
+    return out

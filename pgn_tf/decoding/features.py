@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pgn_tf.decoding.beam_search import NEG_INF
+from pgn_tf.decoding.beam_search import ARTICLE, NEG_INF
 
 NUM_FEATURES = 5
 
@@ -62,18 +62,19 @@ def match_features(src: tf.Tensor, prev1: tf.Tensor, prev2: tf.Tensor, width) ->
             _mark(src, reorder, width)]
 
 
-def rescoring_step_fn(step_fn, src_ids: tf.Tensor, stop_id: int, weights=None,
-                      extractive: bool = False):
-    """Wraps step_fn(ids, step, state); its state becomes {"inner": state, "prev": [N]}
-    (the token before `ids`), which `initial_state` builds.
+def rescoring_step_fn(step_fn, stop_id: int, weights=None, extractive: bool = False):
+    """Wraps step_fn(ids, step, state); its state becomes {"inner": state, "prev": [N] (the
+    token before `ids`), ARTICLE: {"src": int32 [N, M] article ids, -1 at padding}}, which
+    `initial_state` builds (the article ids travel in the state so that the beam search can
+    drop finished articles from the batch).
 
-    src_ids: int32 [N, M] (already tiled to the hypotheses; -1 at padding);
     weights: float [5] tensor or list (alpha), or None for log p alone."""
 
     def wrapped(ids, step, state):
         log_probs, inner, extras = step_fn(ids, step, state["inner"])
         width = tf.shape(log_probs)[1]
-        feats = match_features(src_ids, tf.cast(ids, tf.int32), state["prev"], width)
+        feats = match_features(state[ARTICLE]["src"], tf.cast(ids, tf.int32), state["prev"],
+                               width)
         scores = log_probs
         if weights is not None:
             w = tf.cast(weights, tf.float32)
@@ -81,10 +82,12 @@ def rescoring_step_fn(step_fn, src_ids: tf.Tensor, stop_id: int, weights=None,
         if extractive:
             allowed = (feats[0] > 0) | tf.equal(tf.range(width), stop_id)[None, :]
             scores = tf.where(allowed, scores, NEG_INF)
-        return scores, {"inner": inner, "prev": tf.cast(ids, tf.int32)}, extras
+        return scores, dict(state, inner=inner, prev=tf.cast(ids, tf.int32)), extras
 
     return wrapped
 
 
-def initial_state(state, batch: tf.Tensor, pad_id: int):
-    return {"inner": state, "prev": tf.fill([batch], pad_id)}
+def initial_state(state, src_ids: tf.Tensor, pad_id: int):
+    """src_ids: int32 [N, M], already tiled to the hypotheses."""
+    return {"inner": state, "prev": tf.fill(tf.shape(src_ids)[:1], pad_id),
+            ARTICLE: {"src": src_ids}}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pgn_tf.decoding.beam_search import constrain, keep_shapes
+from pgn_tf.decoding.beam_search import constrain, keep_shapes, length_norm
 
 
 def search(
@@ -24,12 +24,16 @@ def search(
     sample: bool = False,
     temperature: float = 1.0,
     seed: int | None = None,
+    repeat_exempt=None,
+    return_src_pos: bool = False,
 ):
-    """One hypothesis per article, B at once.
+    """One hypothesis per article, B at once; the constraints are beam_search's (`constrain`).
 
     Returns dict: ids int32 [B, T] (0 after the end, [STOP] excluded), length int32 [B],
     step_log_probs float32 [B, T] (log p of each chosen token, [STOP] included, 0 after),
-    score float32 [B] (average log-prob over the emitted tokens and [STOP]).
+    score float32 [B] (the beam's score: summed log-prob over len(tokens) with [START] and
+    [STOP] counted, as See et al.'s avg_log_prob); with return_src_pos, src_pos int32 [B, T]:
+    the argmax of step_fn's extra "attn" at each step (beam_search's "src_pos").
     """
     B, T = batch_size, max_steps
     seq = tf.zeros([B, T], tf.int32)
@@ -37,13 +41,15 @@ def search(
     done = tf.zeros([B], tf.bool)
     length = tf.zeros([B], tf.int32)
 
-    def cond(step, ids, seq, logps, done, length, state):
+    src_pos = tf.zeros([B, T], tf.int32)
+
+    def cond(step, ids, seq, logps, done, length, src_pos, state):
         return tf.logical_and(step < T, tf.logical_not(tf.reduce_all(done)))
 
-    def body(step, ids, seq, logps, done, length, state):
-        log_probs, state, _ = step_fn(ids, step, state)
+    def body(step, ids, seq, logps, done, length, src_pos, state):
+        log_probs, state, extras = step_fn(ids, step, state)
         log_probs = constrain(tf.cast(log_probs, tf.float32), seq, step, stop_id, min_steps,
-                              unk_id, block_trigrams)
+                              unk_id, block_trigrams, repeat_exempt)
         if sample:
             token = tf.random.categorical(log_probs / temperature, 1, seed=seed,
                                           dtype=tf.int32)[:, 0]
@@ -54,20 +60,26 @@ def search(
         live = ~done
         seq = tf.where(here & live[:, None], token[:, None], seq)
         logps = tf.where(here & live[:, None], token_logp[:, None], logps)
+        if return_src_pos:
+            pos = tf.argmax(extras["attn"], axis=-1, output_type=tf.int32)
+            src_pos = tf.where(here & live[:, None], pos[:, None], src_pos)
         stopped = live & tf.equal(token, stop_id)
         length = tf.where(live & ~stopped, length + 1, length)
         done = done | stopped
-        return step + 1, token, seq, logps, done, length, state
+        return step + 1, token, seq, logps, done, length, src_pos, state
 
     ids = tf.fill([B], start_id)
-    _, _, seq, logps, done, length, _ = tf.while_loop(
-        cond, keep_shapes(body), (tf.constant(0), ids, seq, logps, done, length, initial_state)
+    _, _, seq, logps, done, length, src_pos, _ = tf.while_loop(
+        cond, keep_shapes(body),
+        (tf.constant(0), ids, seq, logps, done, length, src_pos, initial_state),
     )
     keep = tf.range(T)[None, :] < length[:, None]
-    n_scored = tf.cast(length + tf.cast(done, tf.int32), tf.float32)
+    emitted = length + tf.cast(done, tf.int32)
+    out = {"src_pos": tf.where(keep, src_pos, 0)} if return_src_pos else {}
     return {
+        **out,
         "ids": tf.where(keep, seq, 0),
         "length": length,
         "step_log_probs": logps,
-        "score": tf.math.divide_no_nan(tf.reduce_sum(logps, axis=1), n_scored),
+        "score": tf.reduce_sum(logps, axis=1) / length_norm(emitted, 0.0),
     }

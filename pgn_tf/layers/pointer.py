@@ -46,10 +46,18 @@ def scatter_copy(attn: tf.Tensor, enc_ext_ids: tf.Tensor, ext_size) -> tf.Tensor
 
     attn: float [batch, src_len]; enc_ext_ids: int32 [batch, src_len] -> float [batch, ext_size].
     """
-    b = tf.shape(attn)[0]
-    batch_idx = tf.broadcast_to(tf.range(b)[:, None], tf.shape(enc_ext_ids))
-    indices = tf.stack([batch_idx, enc_ext_ids], axis=-1)  # [B, L, 2]
-    return tf.scatter_nd(indices, attn, tf.stack([b, ext_size]))  # duplicates add up
+    enc_ext_ids = tf.cast(enc_ext_ids, tf.int32)
+
+    @tf.custom_gradient
+    def scatter(attn):
+        # A weighted bincount per row (duplicates add up): on CPU it runs in about half the time
+        # of the equivalent scatter_nd of [B, L] updates (README "Performance"). TF registers
+        # no gradient for it; d out[b, w] / d attn[b, i] = [w_i = w], so the gradient gathers.
+        out = tf.math.bincount(enc_ext_ids, weights=attn, minlength=ext_size,
+                               maxlength=ext_size, axis=-1, dtype=attn.dtype)
+        return out, lambda up: tf.gather(up, enc_ext_ids, batch_dims=1)
+
+    return scatter(attn)
 
 
 def final_distribution(

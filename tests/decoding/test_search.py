@@ -7,7 +7,16 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.decoding import greedy, sampling
-from pgn_tf.decoding.beam_search import beam_search, constrain, tile_beams
+from pgn_tf.decoding.beam_search import (
+    ARTICLE,
+    NEG_INF,
+    beam_search,
+    constrain,
+    gnmt_coverage_penalty,
+    tile_beams,
+    top_candidates,
+)
+from tests.decoding.see_reference import see_beam_search
 
 W, STOP, START = 4, 3, 0  # tokens 0, 1, 2 and [STOP]; [START] reuses id 0 as the first input
 
@@ -47,7 +56,7 @@ def exhaustive(table, max_steps, min_steps=0):
     for n in range(min_steps, max_steps):
         for body in itertools.product(range(3), repeat=n):
             seq = list(body) + [STOP]
-            s = score_of(table, seq) / len(seq)
+            s = score_of(table, seq) / (len(seq) + 1)  # [START] counted, as See et al.
             if s > best:
                 best, best_seq = s, list(body)
     return best_seq, best
@@ -135,3 +144,235 @@ def test_sampling_draws_valid_sequences():
     lengths = res["length"].numpy()
     assert len(set(map(tuple, res["ids"].numpy().tolist()))) > 3  # not all the same
     assert np.all(res["step_log_probs"].numpy() <= 0) and np.all(lengths <= 6)
+
+
+# -- per-article stopping, checked against a plain-Python port of See et al.'s search ----------
+
+L = 5  # source positions of the fake attention
+
+
+def make_articles(seed, n_articles, steps, width=W, stop_bias=None):
+    """Per-article tables: log p(next | article, step, prev, parity) [A, S, W, 2, W] and a soft
+    attention [A, S, W, 2, L]; stop_bias [A] shifts [STOP]'s logit so articles end at
+    different lengths."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(scale=2.0, size=(n_articles, steps, width, 2, width))
+    if stop_bias is not None:
+        logits[..., STOP] += np.asarray(stop_bias, float)[:, None, None, None]
+    logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    a = np.exp(rng.normal(scale=1.5, size=(n_articles, steps, width, 2, L)))
+    return logp.astype("float32"), (a / a.sum(-1, keepdims=True)).astype("float32")
+
+
+def article_step_fn(tables):
+    logp, attn = tf.constant(tables[0]), tf.constant(tables[1])
+
+    def step_fn(ids, step, state):
+        idx = tf.stack([state[ARTICLE]["article"], tf.fill(tf.shape(ids), step), ids,
+                        state["sum"] % 2], axis=1)
+        extras = {"attn": tf.gather_nd(attn, idx),
+                  "p_gen": tf.cast(state["sum"] % 3, tf.float32)}
+        return (tf.gather_nd(logp, idx),
+                {"sum": state["sum"] + ids, ARTICLE: state[ARTICLE]}, extras)
+
+    return step_fn
+
+
+def article_state(articles, beam):
+    articles = tf.convert_to_tensor(articles, tf.int32)
+    return tile_beams({"sum": tf.zeros_like(articles), ARTICLE: {"article": articles}}, beam)
+
+
+def searcher(tables, beam, max_steps, graph=False, **kw):
+    """articles (list of ints) -> the batched search's result as numpy arrays."""
+
+    def run(arts):
+        return beam_search(article_step_fn(tables), article_state(arts, beam), tf.shape(arts)[0],
+                           beam, max_steps, START, STOP, src_len=L, **kw)
+
+    if graph:  # the batch dimension is unknown while tracing, as in the exported graph
+        run = tf.function(run, input_signature=[tf.TensorSpec([None], tf.int32)])
+    return lambda articles: {k: v.numpy() for k, v in run(tf.constant(articles, tf.int32)).items()}
+
+
+def batched(tables, articles, beam, max_steps, **kw):
+    return searcher(tables, beam, max_steps, **kw)(articles)
+
+
+def reference(tables, article, beam, max_steps, **kw):
+    return see_beam_search(article_step_fn(tables), article_state([article], beam), beam,
+                           max_steps, START, STOP, **kw)
+
+
+def assert_matches_reference(res, tables, articles, beam, max_steps, **kw):
+    ref_kw = {k: v for k, v in kw.items() if k not in ("compact_below", "length_penalty")}
+    if "repeat_exempt" in ref_kw:
+        ref_kw["exempt"] = ref_kw.pop("repeat_exempt")
+    for row, art in enumerate(articles):
+        tokens, score = reference(tables, art, beam, max_steps, **ref_kw)
+        n = int(res["length"][row])
+        assert res["ids"][row, :n].tolist() == tokens, (row, art)
+        assert not res["ids"][row, n:].any()
+        np.testing.assert_allclose(res["score"][row], score, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("beam", [1, 2, 4])
+@pytest.mark.parametrize("cov", [0.0, 0.7])
+def test_beam_equals_see_reference_per_article(beam, cov):
+    tables = make_articles(7, 6, 8, stop_bias=[-3, -1, 0, 1, 2, -2])
+    articles = [0, 1, 2, 3, 4, 5]
+    res = batched(tables, articles, beam, 8, min_steps=1, coverage_penalty=cov)
+    assert len(set(res["length"].tolist())) >= 3  # the articles end at different lengths
+    assert_matches_reference(res, tables, articles, beam, 8, min_steps=1, coverage_penalty=cov)
+
+
+@pytest.mark.parametrize("graph,compact_below", [(False, 0.0), (False, 0.5), (False, 1.0),
+                                                 (True, 0.0), (True, 1.0)])
+def test_an_article_result_does_not_depend_on_its_batch_mates(graph, compact_below):
+    tables = make_articles(3, 6, 10, stop_bias=[3, -3, 0, 2, -1, 1])
+    search = searcher(tables, 3, 10, graph=graph, compact_below=compact_below)
+    alone = search([2])
+    for mates in ([2, 0], [1, 2, 5], [0, 1, 3, 4, 2], [2, 2, 4]):
+        res = search(mates)
+        for row in [i for i, a in enumerate(mates) if a == 2]:
+            np.testing.assert_array_equal(res["ids"][row], alone["ids"][0])
+            assert res["length"][row] == alone["length"][0]
+            assert res["score"][row] == alone["score"][0]  # bit for bit
+
+
+@pytest.mark.parametrize("beam", [2, 4])
+def test_constraints_match_the_reference(beam):
+    tables = make_articles(11, 5, 9, width=7, stop_bias=[-4, -2, -3, -1, -5])
+    exempt = [False, False, True, False, False, False, True]  # ids 2 and 6: "punctuation"
+    kw = dict(min_steps=3, unk_id=1, block_trigrams=True, repeat_exempt=exempt)
+    res = batched(tables, [0, 1, 2, 3, 4], beam, 9, **kw)
+    assert_matches_reference(res, tables, [0, 1, 2, 3, 4], beam, 9, **kw)
+    for row in range(5):
+        toks = res["ids"][row, : res["length"][row]].tolist()
+        words = [t for t in toks if not exempt[t]]
+        assert len(words) == len(set(words)) and 1 not in toks and len(toks) >= 3
+
+
+def test_repeated_word_block_lets_punctuation_repeat():
+    # A model that says "1 2 1 2 ..." and never stops; 2 is exempt (punctuation), 1 is a word.
+    t = np.zeros((1, 6, W, 2, W), "float32")
+    t[..., :] = np.log([0.01, 0.79, 0.2 - 1e-6, 1e-6])  # from [START] (id 0): 1
+    t[:, :, 1, :, :] = np.log([0.01, 0.04, 0.95 - 1e-6, 1e-6])  # after 1: 2
+    t[:, :, 2, :, :] = np.log([0.01, 0.6, 0.39 - 1e-6, 1e-6])  # after 2: 1, else 2
+    attn = np.full((1, 6, W, 2, L), 1.0 / L, "float32")
+    res = batched((t, attn), [0], 2, 6, repeat_exempt=[False, False, True, False])
+    assert res["ids"][0].tolist() == [1, 2, 2, 2, 2, 2] and res["length"][0] == 6
+    free = batched((t, attn), [0], 2, 6)
+    assert free["ids"][0].tolist() == [1, 2, 1, 2, 1, 2]
+
+
+def test_gnmt_coverage_penalty_numbers():
+    cov = np.array([[0.5, 1.5, 0.0, 0.25], [1.0, 1.0, 0.0, 0.0]], "float32")
+    got = gnmt_coverage_penalty(tf.constant(cov), 0.4).numpy()
+    want = [0.4 * (np.log(0.5) + 0 + np.log(0.25)), 0.0]  # zero sums (padding) left out
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_coverage_penalty_changes_the_choice():
+    # Two equally likely one-word summaries; the second spreads its attention over the source.
+    t = np.full((1, 3, W, 2, W), np.log(1e-3), "float32")
+    t[0, 0, START, 0, [1, 2]] = np.log(0.499)
+    t[0, 1, :, :, STOP] = np.log(0.997)
+    attn = np.full((1, 3, W, 2, L), 1.0 / L, "float32")
+    attn[0, 1, 1] = [1.0, 0, 0, 0, 0]  # after token 1: all on position 0
+    attn[0, 0, START] = [0, 0.25, 0.25, 0.25, 0.25]
+    plain = batched((t, attn), [0], 2, 3)
+    cp = batched((t, attn), [0], 2, 3, coverage_penalty=1.0)
+    assert plain["ids"][0, 0] == 1 and cp["ids"][0, 0] == 2
+    want = (np.log(0.499) + np.log(0.997)) / 3 + np.log(0.2) + 4 * np.log(0.45)
+    np.testing.assert_allclose(cp["score"][0], want, rtol=1e-5)
+
+
+def markov_tables(seed, steps, width, window):
+    """A model whose next-token distribution depends only on the last `window` tokens (the
+    state ABS has), as per-step tables indexed by the window's ids."""
+    rng = np.random.default_rng(seed)
+    logits = rng.normal(scale=1.5, size=(steps,) + (width,) * (window + 1))
+    return (logits - np.log(np.exp(logits).sum(-1, keepdims=True))).astype("float32")
+
+
+def markov_step_fn(table, window):
+    table = tf.constant(table)
+
+    def step_fn(ids, step, state):
+        ctx = tf.concat([state["ctx"][:, 1:], ids[:, None]], axis=1)  # the last `window` ids
+        idx = tf.concat([tf.fill([tf.shape(ids)[0], 1], step), ctx], axis=1)
+        return tf.gather_nd(table, idx), {"ctx": ctx}, {}
+
+    return step_fn
+
+
+def markov_score(table, seq, window):
+    ctx, s = [START] * window, 0.0
+    for t, tok in enumerate(seq):
+        s += table[(t,) + tuple(ctx) + (tok,)]
+        ctx = ctx[1:] + [tok]
+    return s
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("window", [1, 2])
+def test_fixed_length_with_recombination_is_exact_on_a_markov_model(seed, window):
+    width, n = 4, 5  # tokens 0-2 and [STOP] (never emitted); 3^5 = 243 sequences
+    table = markov_tables(seed, n, width, window)
+    beam = 3 ** window  # one hypothesis per distinct window: recombination makes it Viterbi
+    state = tile_beams({"ctx": tf.fill([2, window], START)}, beam)
+    res = beam_search(markov_step_fn(table, window), state, 2, beam, n, START, STOP,
+                      min_steps=n, recombine_window=window)
+    best = max(itertools.product(range(3), repeat=n),
+               key=lambda s: markov_score(table, s, window))
+    for b in range(2):
+        assert res["length"].numpy()[b] == n  # exactly N words, no [STOP]
+        assert res["ids"].numpy()[b].tolist() == list(best)
+        np.testing.assert_allclose(res["score"].numpy()[b],
+                                   markov_score(table, best, window) / (n + 1), rtol=1e-5)
+
+
+def test_recombination_matches_the_reference():
+    table = markov_tables(5, 6, 5, 2)
+    state = tile_beams({"ctx": tf.fill([1, 2], START)}, 3)
+    fn = markov_step_fn(table, 2)
+    res = beam_search(fn, state, 1, 3, 6, START, STOP, min_steps=6, recombine_window=2)
+    tokens, score = see_beam_search(fn, state, 3, 6, START, STOP, min_steps=6,
+                                    recombine_window=2)
+    assert res["ids"].numpy()[0].tolist() == tokens
+    np.testing.assert_allclose(res["score"].numpy()[0], score, rtol=1e-6)
+
+
+def test_extras_and_src_pos_follow_the_best_hypothesis_after_compaction():
+    tables = make_articles(5, 4, 7, stop_bias=[2, -2, 0, 1])
+    res = batched(tables, [0, 1, 2, 3], 3, 7, return_extras=("attn", "p_gen", "src_pos"))
+    for row in range(4):
+        n = int(res["length"][row])
+        toks = res["ids"][row, :n].tolist()
+        total, prev = 0, START
+        for t, tok in enumerate(toks):  # replay the fake model along the chosen tokens
+            want = tables[1][row, t, prev, total % 2]
+            np.testing.assert_allclose(res["attn"][row, t], want, rtol=1e-6)
+            assert res["src_pos"][row, t] == want.argmax()
+            assert res["p_gen"][row, t] == total % 3
+            total, prev = total + prev, tok
+        assert not res["attn"][row, n:].any() and not res["src_pos"][row, n:].any()
+
+
+@pytest.mark.parametrize("width,beam,pool", [(1000, 4, 8), (97, 3, 9), (5, 4, 8), (4, 4, 16)])
+def test_top_candidates_equal_a_full_top_k(width, beam, pool):
+    rng = np.random.default_rng(width)
+    b = 3
+    lp = rng.normal(scale=4.0, size=(b * beam, width)).astype("float32")
+    lp[0, :] = NEG_INF  # a row with nothing allowed
+    alive = rng.normal(size=(b, beam)).astype("float32")
+    alive[1, 1:] = NEG_INF  # dead beams
+    scores, bm, tok = top_candidates(tf.constant(lp), tf.constant(alive), pool, chunk=16)
+    full = (alive[:, :, None] + lp.reshape(b, beam, width)).reshape(b, -1)
+    k = min(pool, beam * min(pool, width))
+    want_scores, want_idx = tf.math.top_k(full, k)
+    np.testing.assert_array_equal(scores.numpy(), want_scores.numpy())
+    valid = want_scores.numpy() > NEG_INF / 2  # the order of equal invalid entries is free
+    np.testing.assert_array_equal((bm.numpy() * width + tok.numpy())[valid],
+                                  want_idx.numpy()[valid])

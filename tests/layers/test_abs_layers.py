@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from pgn_tf.layers.abs_encoder import ABSEncoder
 from pgn_tf.layers.nnlm import NNLMDecoder, context_windows
+from tests.helpers import run_layer_test
 
 rng = np.random.default_rng(0)
 V, H, D, C = 30, 6, 4, 3
@@ -66,6 +67,36 @@ def test_attention_encoder_eq_8_with_smoothing():
             np.testing.assert_allclose(vec.numpy()[b, t], pr @ x_bar, rtol=1e-4, atol=1e-5)
 
 
+def _np_tdnn(x, convs, q):
+    """Eq. 5-7 on one article's valid positions x~ [n, H]: each layer a temporal convolution
+    of width 2Q+1 (zeros beyond the ends), max over pairs (a last odd position alone), tanh;
+    then the max over what is left."""
+    for kernel, bias in convs:  # kernel [2Q+1, H, H]
+        padded = np.pad(x, [(q, q), (0, 0)])
+        y = np.stack([np.einsum("kh,khg->g", padded[i: i + 2 * q + 1], kernel)
+                      for i in range(len(x))]) + bias  # (7)
+        x = np.tanh(np.stack([y[i: i + 2].max(0) for i in range(0, len(y), 2)]))  # (6)
+    return x.max(0)  # (5)
+
+
+def test_conv_encoder_eq_5_to_7():
+    q = 1
+    enc = ABSEncoder("conv", V, H, D, C, smoothing=q, conv_layers=2)
+    enc.build()
+    for w in enc.weights:  # large enough that tanh and the maxes are not near-linear
+        w.assign(rng.normal(0, 0.5, w.shape).astype(np.float32))
+    ids, mask, context = inputs()  # lengths 9 (odd at every layer) and 5
+    vec, attn = enc(enc.precompute(ids, mask), mask, context)
+    f = enc.f.embeddings.numpy()
+    convs = [(c.kernel.numpy(), c.bias.numpy()) for c in enc.convs]
+    for b in range(2):
+        n = int(mask.numpy()[b].sum())
+        want = _np_tdnn(f[ids.numpy()[b][:n]], convs, q)
+        for t in range(4):  # the same vector for every summary position
+            np.testing.assert_allclose(vec.numpy()[b, t], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(attn.numpy(), 0.0)  # no attention in this encoder
+
+
 def test_conv_encoder_ignores_padding_and_empty_articles():
     enc = ABSEncoder("conv", V, H, D, C, conv_layers=2)
     enc.build()
@@ -74,8 +105,7 @@ def test_conv_encoder_ignores_padding_and_empty_articles():
     padded_ids = np.concatenate([ids, rng.integers(4, V, (1, 5))], axis=1)  # junk after the end
     mask = tf.constant([[True] * 8 + [False] * 5])
     padded = enc.precompute(tf.constant(padded_ids), mask)["vector"]
-    # Up to the convolution's look at the boundary, the extra positions change nothing.
-    assert short.shape == (1, H) and np.all(np.abs(short.numpy()) <= 1.0)
+    # Junk ids past the end change nothing, at the boundary of the convolution's window too.
     np.testing.assert_allclose(padded.numpy(), short.numpy(), atol=1e-6)
     empty = enc.precompute(tf.constant(ids), tf.zeros([1, 8], bool))["vector"]
     np.testing.assert_array_equal(empty.numpy(), 0.0)
@@ -84,3 +114,31 @@ def test_conv_encoder_ignores_padding_and_empty_articles():
 def test_unknown_encoder_is_an_error():
     with pytest.raises(ValueError, match="abs_encoder"):
         ABSEncoder("lstm", V, H, D, C)
+
+
+@pytest.mark.parametrize("kind, num_weights", [
+    ("bow", 1),  # F
+    ("conv", 1 + 2 * 2),  # F, and Q^l with its bias for each of 2 layers
+    ("attention", 3),  # F, G, P
+])
+def test_encoder_layer_contract(kind, num_weights):
+    ids, mask, context = inputs()
+    run_layer_test(
+        ABSEncoder, {"kind": kind, "vocab_size": V, "hidden_dim": H, "emb_dim": D, "window": C,
+                     "conv_layers": 2},
+        build=lambda layer: layer.build(),
+        call=lambda layer: layer(layer.precompute(ids, mask), mask, context),
+        expected_num_weights=num_weights,
+        expected_shapes=[(2, 4, H), (2, 4, 9)],  # enc(x, y_c), attention over the article
+    )
+
+
+def test_nnlm_layer_contract():
+    ctx = tf.constant(rng.integers(0, V, (2, 4, C)))
+    enc = tf.constant(rng.normal(size=(2, 4, H)).astype(np.float32))
+    run_layer_test(
+        NNLMDecoder, {"vocab_size": V, "emb_dim": D, "hidden_dim": H, "window": C},
+        build=lambda layer: layer.build(), call=lambda layer: layer(ctx, enc),
+        expected_num_weights=6,  # E, U and its bias, V and its bias, W (eq. 1)
+        expected_shapes=[(2, 4, V)],
+    )

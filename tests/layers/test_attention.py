@@ -1,7 +1,8 @@
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from pgn_tf.layers.attention import BahdanauAttention, masked_softmax
+from pgn_tf.layers.attention import BahdanauAttention, IntraTemporalAttention, masked_softmax
 from tests.helpers import run_layer_test
 
 
@@ -39,13 +40,33 @@ def test_empty_article_gives_zero_attention_not_nan():
 
 
 def test_layer_contract():
-    enc = tf.random.normal([2, 3, 4])
+    rng = np.random.default_rng(1)
+    enc = tf.constant(rng.normal(size=(2, 3, 4)).astype("float32"))
+    mask = tf.constant([[True, True, True], [True, True, False]])
+    query = tf.constant(rng.normal(size=(2, 4)).astype("float32"))
+    cov = tf.constant(rng.uniform(size=(2, 3)).astype("float32"))
     run_layer_test(
         BahdanauAttention,
         {"attn_dim": 4, "use_coverage": True},
         build=lambda layer: layer.build((None, None, 4), 4),
-        call=lambda layer: layer(layer.precompute(enc), enc, tf.ones([2, 3], bool),
-                                 tf.random.normal([2, 4]), tf.random.uniform([2, 3])),
+        call=lambda layer: layer(layer.precompute(enc), enc, mask, query, cov),
         expected_num_weights=5,  # W_h, W_s, b_attn, v, w_c
         expected_shapes=[(2, 4), (2, 3)],
+    )
+
+
+@pytest.mark.parametrize("temporal", [True, False])
+def test_intra_temporal_layer_contract(temporal):
+    rng = np.random.default_rng(2)
+    enc = tf.constant(rng.normal(size=(2, 5, 4)).astype("float32"))
+    mask = tf.constant([[True] * 5, [True] * 3 + [False] * 2])
+    query = tf.constant(rng.normal(size=(2, 6)).astype("float32"))
+    past = tf.constant(rng.normal(size=(2, 5)).astype("float32"))  # a step t > 1
+    run_layer_test(
+        IntraTemporalAttention,
+        {"query_dim": 6, "temporal": temporal},
+        build=lambda layer: layer.build((None, None, 4)),
+        call=lambda layer: layer(layer.precompute(enc), enc, mask, query, past),
+        expected_num_weights=1,  # W_attn^e (eq. 2)
+        expected_shapes=[(2, 4), (2, 5), (2, 5)],  # context, attn, running log-sum-exp
     )

@@ -7,6 +7,7 @@ import tensorflow as tf
 from pgn_tf.layers.attention import IntraTemporalAttention
 from pgn_tf.layers.decoder_attention import IntraDecoderAttention
 from pgn_tf.layers.tied_projection import TiedOutputProjection
+from tests.helpers import run_layer_test
 
 rng = np.random.default_rng(0)
 
@@ -95,4 +96,29 @@ def test_tied_projection_is_tanh_of_embedding_times_projection():
     w_out = np.tanh(emb.embeddings.numpy() @ proj.w_proj.numpy())  # (13): [V, F]
     np.testing.assert_allclose(proj(tf.constant(feats)).numpy(),
                                feats @ w_out.T + proj.b_out.numpy(), rtol=1e-5, atol=1e-6)
-    assert len(proj.trainable_weights) == 3  # W_proj, b_out and the shared W_emb
+
+
+def test_intra_decoder_layer_contract():
+    history = tf.constant(rng.normal(size=(2, 6, 4)).astype(np.float32))
+    query = tf.constant(rng.normal(size=(2, 4)).astype(np.float32))
+    run_layer_test(
+        IntraDecoderAttention, {"hidden_dim": 4}, build=lambda layer: layer.build(),
+        call=lambda layer: layer(query, history, tf.constant(3)),  # t > 1: eq. 6-8 act
+        expected_num_weights=1,  # W_attn^d
+        expected_shapes=[(2, 4), (2, 6)],
+    )
+
+
+def test_tied_projection_layer_contract():
+    emb = keras.layers.Embedding(7, 3)
+    emb.build((None,))
+    feats = tf.constant(rng.normal(size=(2, 5)).astype(np.float32))
+    proj = run_layer_test(
+        TiedOutputProjection, {"input_dim": 5}, build=lambda layer: layer.build(),
+        call=lambda layer: (layer(feats), layer(feats, kernel=layer.kernel())),
+        expected_num_weights=3,  # W_proj, b_out and the shared W_emb (eq. 13)
+        expected_shapes=[(2, 7), (2, 7)],
+        shared_kwargs={"embedding": emb},  # an object shared with the model, not config
+    )
+    # The step above moved every weight; the embedding among them is the model's own.
+    assert any(w is emb.embeddings for w in proj.trainable_weights)

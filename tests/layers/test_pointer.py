@@ -1,7 +1,7 @@
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import PointerSwitch, final_distribution, target_log_prob
+from pgn_tf.layers.pointer import PointerSwitch, final_distribution, scatter_copy, target_log_prob
 from tests.helpers import run_layer_test
 
 
@@ -42,9 +42,24 @@ def test_target_log_prob_equals_log_of_final_distribution():
             p = 1 / (1 + np.exp(-z[i, k]))
             full = _np_final(vocab_dist[None], attn[i, k][None], [p], ext_ids[i][None], 2)[0]
             np.testing.assert_allclose(got[i, k], np.log(full[target[i, k]]), rtol=1e-5)
-    base = target_log_prob(logits, np.minimum(target, v - 1)).numpy()
-    np.testing.assert_allclose(np.exp(base).max(), np.exp(base).max())
-    assert np.all(base < 0)
+
+
+def test_baseline_target_log_prob_is_the_log_softmax_at_the_target():
+    """Eq. 5-6 (no pointer): log P_vocab(w*); a target outside the vocabulary is impossible."""
+    rng = np.random.default_rng(3)
+    b, t, v = 2, 3, 6
+    logits = rng.normal(size=(b, t, v)).astype("float32")
+    target = np.array([[1, 5, 0], [6, 2, 4]], "int32")  # 6 = an article OOV: not generable
+    got = target_log_prob(logits, target).numpy()
+    for i in range(b):
+        for k in range(t):
+            z = logits[i, k].astype(np.float64)
+            log_softmax = z - z.max() - np.log(np.exp(z - z.max()).sum())
+            if target[i, k] < v:
+                np.testing.assert_allclose(got[i, k], log_softmax[target[i, k]], rtol=1e-5)
+            else:
+                # finite, so no inf - inf = NaN downstream
+                assert np.isfinite(got[i, k]) and got[i, k] <= -1e29
 
 
 def test_nan_free_at_saturated_p_gen_missing_targets_and_empty_articles():
@@ -68,3 +83,14 @@ def test_switch_contract():
         call=lambda layer: layer([tf.ones([2, 4]), tf.ones([2, 2])]),
         expected_num_weights=2, expected_shapes=[(2, 1)],
     )
+
+
+def test_scatter_copy_gradient_gathers():
+    attn = tf.Variable([[0.2, 0.3, 0.5], [0.6, 0.4, 0.0]])
+    ids = tf.constant([[1, 3, 1], [0, 2, 2]])
+    up = tf.constant([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
+    with tf.GradientTape() as tape:
+        out = scatter_copy(attn, ids, 4)
+        loss = tf.reduce_sum(out * up)
+    np.testing.assert_allclose(out.numpy(), [[0, 0.7, 0, 0.3], [0.6, 0, 0.4, 0]], atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(loss, attn).numpy(), [[2, 4, 2], [5, 7, 7]])

@@ -49,11 +49,11 @@ def test_decode_step_reproduces_teacher_forcing(batch, vocab, pointer_gen, cover
         np.testing.assert_allclose(extras["attn"].numpy(), out["attn"].numpy()[:, t], atol=1e-6)
 
 
-def test_coverage_weight_starts_at_zero_so_conversion_changes_nothing(batch, vocab):
+def test_coverage_weight_starts_at_zero_so_conversion_changes_nothing(batch, vocab, tmp_path):
     pgn = PointerGenerator(vocab.size, 8, 6, coverage=False)
     cov = PointerGenerator(vocab.size, 8, 6, coverage=True)
     ckpt = tf.train.Checkpoint(model=pgn)
-    path = ckpt.write("/tmp/pgn_tf_test_convert/ckpt")
+    path = ckpt.write(str(tmp_path / "ckpt"))
     tf.train.Checkpoint(model=cov).restore(path).expect_partial()
     a, b = pgn(batch), cov(batch)
     np.testing.assert_allclose(a["logits"].numpy(), b["logits"].numpy(), atol=1e-6)

@@ -71,7 +71,10 @@ def test_jsonl_counts_add_up_and_output_trains(tmp_path):
     # What it wrote is what the trainer reads.
     files = dataset.resolve_files(str(out / "train-*.tfrecord"), str(tmp_path / "cache"))
     batch = next(iter(dataset.make_dataset(files, want, cfg, 4, True, training=False)))
-    assert batch["enc_ids"].shape[0] == 4
+    by_id = {e.id: e for e in train}
+    for i, art, n in zip(batch["id"].numpy(), batch["article"].numpy(), batch["enc_len"].numpy()):
+        assert art.decode() == by_id[i.decode()].article  # the record as written, id and text
+        assert n == len(by_id[i.decode()].article.split())  # plain space-separated words here
 
 
 def test_story_dir_with_url_lists(tmp_path):

@@ -30,6 +30,7 @@ def write_config(tmp_path, name, corpus, serving_base, max_steps, margin):
     return str(path)
 
 
+@pytest.mark.slow
 def test_flow_pushes_only_better_models_and_skips_finished_steps(tmp_path, capsys):
     from serving.client import summarize
     from serving.server import Server
