@@ -2,18 +2,39 @@
 
 from setuptools import find_packages, setup
 
+# Each console command is its `python -m` form: pgn-summarize ARGS == python -m pgn_tf.summarize ARGS.
+COMMANDS = {
+    "pgn-train": "pgn_tf.train:main",
+    "pgn-evaluate": "pgn_tf.evaluate:main",
+    "pgn-summarize": "pgn_tf.summarize:main",
+    "pgn-export": "pgn_tf.export:main",
+    "pgn-serve": "serving.server:main",
+    "pgn-pipeline": "pipelines.run:main",
+    "pgn-preprocess": "pipelines.preprocess:main",
+    "pgn-batch-summarize": "pipelines.summarize:main",
+    "pgn-average-checkpoints": "pgn_tf.average_checkpoints:main",
+    "pgn-tune": "pgn_tf.tune:main",
+    "pgn-quickstart": "pgn_tf.quickstart:main",
+}
+
 setup(
     name="pgn_tf",
     version="0.1.0",
     description="Pointer-generator, coverage, intra-attention RL and ABS summarizers in TF2/Keras 3",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    license_files=["LICENSE"],
     packages=find_packages(include=["pgn_tf", "pgn_tf.*", "pipelines", "pipelines.*",
                                     "serving", "serving.*"]),
-    python_requires=">=3.10",
+    package_data={"serving": ["static/*.html", "*.config"], "pipelines": ["*.yaml"]},
+    # TF 2.21 and tensorflow-text 2.21 publish wheels for CPython 3.10-3.13; CI runs 3.11.
+    python_requires=">=3.10,<3.14",
     install_requires=[
         "tensorflow>=2.21,<2.22",
         "tensorboard>=2.21,<2.22",
         "keras>=3.10,<4",
-        "tensorflow-text>=2.21,<2.22",
+        "tensorflow-text>=2.21,<2.22",  # the self-critical ROUGE-L reward (pgn_tf/rewards.py)
         "tensorflow-datasets>=4.9,<5",
         "tensorflow-serving-api>=2.21,<2.22",
         "grpcio>=1.60,<2",
@@ -25,7 +46,19 @@ setup(
         "google-crc32c>=1.5,<2",  # Beam's WriteToTFRecord checksums (its fast path)
         "pyyaml>=6",
         "numpy>=1.26",
+        "tqdm>=4.60",  # pgn_tf.summarize's progress bar on standard error
     ],
     # importlib_resources: tensorflow-datasets needs it to prepare the TFDS fixture in the tests.
-    extras_require={"test": ["pytest>=8", "ruff>=0.6", "importlib_resources>=6"]},
+    # selenium: drives Debian's chromium in the explanation page's browser test.
+    extras_require={"test": ["pytest>=8", "ruff>=0.6", "importlib_resources>=6",
+                             "selenium>=4.20,<5"]},
+    entry_points={"console_scripts": [f"{name} = {target}" for name, target in COMMANDS.items()]},
+    classifiers=[
+        "License :: OSI Approved :: Apache Software License",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.12",
+        "Programming Language :: Python :: 3.13",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
 )

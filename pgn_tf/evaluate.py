@@ -26,7 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import objectives, text
+from pgn_tf import objectives, progress, text
 from pgn_tf.data import dataset, tfrecord
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.errors import UserError, run_cli
@@ -180,9 +180,10 @@ def score(decoded: list[list[str]], references: list[str], article_tokens: list[
 
 
 def perplexity(model, vocab, cfg: config_lib.Config, examples: list[Example],
-               batch_size: int = 64) -> float:
+               batch_size: int = 64, verbose: int | None = None) -> float:
     """exp(mean NLL per reference token) under teacher forcing (Rush et al. Table 2): the
-    objectives' sequence_nll summed over tokens, divided by the token count."""
+    objectives' sequence_nll summed over tokens, divided by the token count. A progress bar
+    counts the examples (verbose None: when stdout is a terminal)."""
     records = tf.data.Dataset.from_tensor_slices({
         "article": [e.article for e in examples], "summary": [e.summary for e in examples],
         "id": [e.id for e in examples]})
@@ -196,9 +197,13 @@ def perplexity(model, vocab, cfg: config_lib.Config, examples: list[Example],
         return tf.reduce_sum(nll), tf.reduce_sum(tf.cast(batch["dec_len"], tf.float32))
 
     total = count = 0.0
+    bar, done = progress.progbar(len(examples), "example", verbose), 0
     for batch in ds:
         nll, n = nll_sum(batch)
         total, count = total + float(nll), count + float(n)
+        done += int(batch["enc_len"].shape[0])
+        bar.update(done)
+    bar.update(len(examples), finalize=True)  # examples without a summary are not batched
     return float(np.exp(total / count)) if count else float("nan")
 
 

@@ -1,12 +1,27 @@
 """Raw text in, summary out, entirely in the graph: the function that evaluate, summarize and the
 exported SavedModel all run, so in-process and served summaries cannot differ.
 
-    summarizer = Summarizer.from_model_dir("runs/quickstart")
-    out = summarizer.summarize(tf.constant(["an article ..."]))   # dict of tensors
+The user-facing API (keras-hub style; both classes answer the same calls):
+
+    import pgn_tf
+    s = pgn_tf.Summarizer.from_model_dir("runs/pgn")       # or .from_saved_model("export/pgn/3")
+    s(["article one ...", "article two ..."])              # -> ["summary one", "summary two"]
+    s.explain("article ...")   # -> {summary, tokens, source_tokens, attention [T, L], p_gen [T]}
+
+`Summarizer.__call__` decodes in batches of articles of similar length (sorted, answered in
+input order), each padded up to a batch-size bucket (powers of two up to decode.batch_size;
+a bucket already traced is preferred to tracing a smaller one), so the in-graph beam search is
+traced once per bucket and then runs as one compiled graph call.
+The low-level call stays `summarize(articles_tensor) -> dict of tensors`.
 """
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable, Sequence
+
+import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
@@ -16,6 +31,7 @@ from pgn_tf.data import dataset
 from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
 from pgn_tf.decoding.beam_search import ARTICLE, beam_search, tile_beams
+from pgn_tf.errors import UserError
 from pgn_tf.model_dir import ModelDir
 
 
@@ -24,7 +40,179 @@ def load_model(model_dir: str, which: str = "best"):
     return ModelDir(model_dir).load_model(which)
 
 
-class Summarizer(tf.Module):
+def batch_buckets(max_batch: int) -> list[int]:
+    """The batch sizes one compiled call is traced for: powers of two below max_batch, and
+    max_batch itself (32 -> [1, 2, 4, 8, 16, 32]; 48 -> [1, 2, 4, 8, 16, 32, 48])."""
+    out, b = [], 1
+    while b < max_batch:
+        out.append(b)
+        b *= 2
+    return out + [max_batch]
+
+
+def article_tokens(articles: Sequence[str], data: config_lib.DataConfig) -> list[list[str]]:
+    """The tokens the encoder reads of each article (what attention is over): the model's
+    tokenizer, cut to data.max_enc_steps, as Summarizer.encode_text does in the graph."""
+    rag = text.tokenize(tf.constant(list(articles), tf.string), data.lowercase,
+                        data.replace_digits, max_chars=data.max_enc_steps * 20)
+    return [[t.decode("utf-8") for t in row[: data.max_enc_steps]] for row in rag.to_list()]
+
+
+def _length_key(article: str, cap: int) -> int:
+    """Sort key of an article: its whitespace words, capped where the encoder cuts anyway."""
+    return min(len(article.split()), cap)
+
+
+class SummarizerAPI:
+    """What both summarizers answer: `s(articles)`, `s.explain(article)` and `s.decode(...)`.
+
+    Subclasses give `batch_size` (the largest batch of one model call), `data_config` and
+    `pointer_gen`, and run one batch (`_run_batch`) and one verbose article (`_run_verbose`).
+    """
+
+    batch_size: int
+    data_config: config_lib.DataConfig
+    pointer_gen: bool
+
+    def _run_batch(self, articles: list[str]) -> dict:
+        """articles: at most batch_size -> {"summaries": bytes [n], "scores": float32 [n]}."""
+        raise NotImplementedError
+
+    def _run_verbose(self, article: str) -> dict:
+        """One article -> numpy {summaries [1], tokens [1, T], attention [1, T, L],
+        p_gen [1, T]} of the verbose decode."""
+        raise NotImplementedError
+
+    def __call__(self, articles: Sequence[str] | str) -> list[str] | str:
+        """Summaries of `articles` (a list gives a list in the same order; one str gives one)."""
+        if isinstance(articles, str):
+            return self.decode([articles])[0]["summary"]
+        return [r["summary"] for r in self.decode(articles)]
+
+    def decode(self, articles: Sequence[str], batch_size: int | None = None,
+               on_batch: Callable[[int], None] | None = None) -> list[dict]:
+        """[{"summary": str, "score": float}] in the order of `articles`.
+
+        Articles are decoded in batches of `batch_size` (default and cap: the model's
+        decode.batch_size) of similar length (sorted by word count), so little of a batch is
+        padding. on_batch(n) is told after each batch how many articles it held."""
+        articles = list(articles)
+        for i, a in enumerate(articles):
+            if not isinstance(a, str):
+                raise TypeError(f"article {i} is a {type(a).__name__}, not a str")
+        size = min(batch_size or self.batch_size, self.batch_size)
+        cap = self.data_config.max_enc_steps
+        order = sorted(range(len(articles)), key=lambda i: _length_key(articles[i], cap))
+        results: list = [None] * len(articles)
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            out = self._run_batch([articles[r] for r in rows])
+            for r, summary, score in zip(rows, out["summaries"], out["scores"]):
+                results[r] = {"summary": summary.decode("utf-8"), "score": float(score)}
+            if on_batch is not None:
+                on_batch(len(rows))
+        return results
+
+    def explain(self, article: str) -> dict:
+        """One article's summary with what produced it:
+
+        summary: str; tokens: list[str] [T], the output tokens; source_tokens: list[str] [L],
+        the article tokens the encoder read; attention: float32 [T, L], each output step's
+        attention over them (See et al. eq. 2); p_gen: float32 [T], the generation
+        probability of each output token (eq. 8; None for models without a pointer)."""
+        if not isinstance(article, str):
+            raise TypeError(f"article is a {type(article).__name__}, not a str")
+        out = self._run_verbose(article)
+        tokens = [t.decode("utf-8") for t in out["tokens"][0]]
+        n = len(tokens) - next((i for i, t in enumerate(reversed(tokens)) if t), len(tokens))
+        source = article_tokens([article], self.data_config)[0]
+        return {
+            "summary": out["summaries"][0].decode("utf-8"),
+            "tokens": tokens[:n],
+            "source_tokens": source,
+            "attention": np.asarray(out["attention"][0][:n, : len(source)], np.float32),
+            "p_gen": (np.asarray(out["p_gen"][0][:n], np.float32) if self.pointer_gen
+                      else None),
+        }
+
+    @classmethod
+    def from_saved_model(cls, path: str) -> SavedModelSummarizer:
+        """A summarizer over an exported SavedModel (pgn_tf.export): the same calls, run by
+        its serving_default and summarize_verbose signatures."""
+        return SavedModelSummarizer(path)
+
+
+class _Compiled:
+    """The compiled calls of an in-process Summarizer: one tf.function for batches (traced
+    once per batch-size bucket) and one for explain (batch 1). Built at the first call, so
+    decode.* settings changed before it are used; `Summarizer.recompile()` drops them."""
+
+    def __init__(self, summarizer: Summarizer):
+        self.batch = tf.function(lambda a: _pick(summarizer.summarize(a), _BATCH_KEYS))
+        self.verbose = tf.function(
+            lambda a: _pick(summarizer.summarize(a, verbose=True), _VERBOSE_KEYS))
+        self.buckets: set[int] = set()  # batch sizes self.batch has been traced for
+
+    def bucket(self, n: int, max_batch: int) -> int:
+        """The batch size n articles are padded to: the smallest bucket already traced that
+        holds them (a trace costs seconds, a few padding rows milliseconds), else the
+        smallest bucket that holds them (traced now)."""
+        fits = [b for b in batch_buckets(max_batch) if b >= n]
+        traced = [b for b in fits if b in self.buckets]
+        size = traced[0] if traced else fits[0]
+        self.buckets.add(size)
+        return size
+
+
+_BATCH_KEYS = ("summaries", "scores")
+_VERBOSE_KEYS = ("summaries", "scores", "tokens", "attention", "p_gen")
+
+
+def _pick(out: dict, keys) -> dict:
+    return {k: out[k] for k in keys if k in out}
+
+
+class _InProcessCalls(SummarizerAPI):
+    """SummarizerAPI for Summarizer: batches padded to a bucket, run by _Compiled."""
+
+    @property
+    def batch_size(self) -> int:
+        return self.cfg.decode.batch_size
+
+    @property
+    def data_config(self) -> config_lib.DataConfig:
+        return self.cfg.data
+
+    @property
+    def pointer_gen(self) -> bool:
+        return bool(self.cfg.model.pointer_gen)
+
+    @property
+    def compiled(self) -> _Compiled:
+        calls = self.__dict__.get("_compiled_calls")
+        if calls is None:
+            calls = _Compiled(self)
+            object.__setattr__(self, "_compiled_calls", calls)  # not a tracked attribute
+        return calls
+
+    def recompile(self) -> None:
+        """Forgets the traced calls (after a change of cfg.decode, say)."""
+        self.__dict__.pop("_compiled_calls", None)
+
+    def _run_batch(self, articles: list[str]) -> dict:
+        n = len(articles)
+        bucket = self.compiled.bucket(n, self.batch_size)
+        # Padding rows repeat the last article: they finish when it does, and are dropped.
+        padded = articles + [articles[-1]] * (bucket - n)
+        out = self.compiled.batch(tf.constant(padded, tf.string))
+        return {k: v.numpy()[:n] for k, v in out.items()}
+
+    def _run_verbose(self, article: str) -> dict:
+        out = self.compiled.verbose(tf.constant([article], tf.string))
+        return {k: v.numpy() for k, v in out.items()}
+
+
+class Summarizer(_InProcessCalls, tf.Module):
     """Tokenize -> vocab + in-graph OOV mapping -> encode -> batched beam search -> words.
 
     Args:
@@ -179,3 +367,46 @@ def tokens_to_sentences(tokens: list[str]) -> str:
     if cur:
         lines.append(" ".join(cur))
     return "\n".join(lines)
+
+
+class SavedModelSummarizer(SummarizerAPI):
+    """The SummarizerAPI over an exported SavedModel (`Summarizer.from_saved_model(path)`): its
+    serving_default and summarize_verbose signatures, whose batch dimension is already
+    dynamic (nothing to trace). Reads the export's assets.extra/config.json for the decode
+    batch size and the tokenizer settings."""
+
+    def __init__(self, path: str):
+        if not tf.io.gfile.isdir(path):
+            raise UserError(f"SavedModel {path} does not exist")
+        cfg_path = os.path.join(path, "assets.extra", "config.json")
+        if not tf.io.gfile.exists(cfg_path):
+            raise UserError(f"{path} has no assets.extra/config.json: is it a pgn_tf export?")
+        with tf.io.gfile.GFile(cfg_path) as f:
+            self.cfg = config_lib.Config.from_dict(json.load(f))
+        self.path = path
+        self.loaded = tf.saved_model.load(path)
+        missing = {"serving_default", "summarize_verbose"} - set(self.loaded.signatures)
+        if missing:
+            raise UserError(f"SavedModel {path} lacks the signature(s) {sorted(missing)}")
+        self.serve = self.loaded.signatures["serving_default"]
+        self.verbose = self.loaded.signatures["summarize_verbose"]
+
+    @property
+    def batch_size(self) -> int:
+        return self.cfg.decode.batch_size
+
+    @property
+    def data_config(self) -> config_lib.DataConfig:
+        return self.cfg.data
+
+    @property
+    def pointer_gen(self) -> bool:
+        return bool(self.cfg.model.pointer_gen)
+
+    def _run_batch(self, articles: list[str]) -> dict:
+        out = self.serve(articles=tf.constant(articles, tf.string))
+        return {k: out[k].numpy() for k in _BATCH_KEYS}
+
+    def _run_verbose(self, article: str) -> dict:
+        out = self.verbose(articles=tf.constant([article], tf.string))
+        return {k: out[k].numpy() for k in _VERBOSE_KEYS if k in out}

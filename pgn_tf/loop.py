@@ -46,7 +46,10 @@ def weights_finite(model) -> bool:
 
 
 class _Progress:
-    """A Keras Progbar over steps, or over the minutes of a time budget (with its ETA)."""
+    """A Keras Progbar over steps, or over the seconds of a time budget: with a budget the bar
+    reaches its end when the budget does, and its ETA is the budget left. Made when the
+    timed loop starts (the budget's clock), so the initial validation before it does not
+    inflate the ETA."""
 
     def __init__(self, trainer: Trainer, verbose: int):
         t = trainer.cfg.train
@@ -56,9 +59,9 @@ class _Progress:
                                        unit_name="s" if self.budget else "step",
                                        stateful_metrics=["step"])
 
-    def update(self, step: int, done: int, elapsed: float, values) -> None:
+    def update(self, step: int, done: int, elapsed: float, values, final: bool = False) -> None:
         at = min(int(elapsed), self.bar.target) if self.budget else done
-        self.bar.update(at, [("step", step)] + list(values or []))
+        self.bar.update(at, [("step", step)] + list(values or []), finalize=final or None)
 
 
 def fit(trainer: Trainer, verbose: int = 1) -> dict:
@@ -68,7 +71,6 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
     if start >= t.max_steps:
         print(f"[pgn_tf] model dir already at step {start} >= train.max_steps={t.max_steps}")
         return {"steps": 0, "final_step": start}
-    progress = _Progress(trainer, verbose)
     it = iter(trainer.train_ds)
     initial, last = {}, {}
     if (start == 0 or trainer.fresh_optimizer) and trainer.eval_ds is not None:
@@ -77,6 +79,7 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
             initial = {f"initial_eval_{k}": v for k, v in ev.items()}
             if trainer.fresh_optimizer:  # a new phase: its model is the first best of its kind
                 trainer.save_best(ev, force=True)
+    progress = _Progress(trainer, verbose)
     t0 = t_window = time.perf_counter()
     window = {"steps": 0, "examples": 0}
     steady = {"steps": 0, "seconds": 0.0, "src_tokens": 0.0}
@@ -112,7 +115,7 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
             t_window, window = time.perf_counter(), {"steps": 0, "examples": 0}
         progress.update(step, step - start, elapsed,
                         [(k, float(report[k])) for k in ("loss", "grad_norm")]
-                        if step % 10 == 0 or final else None)
+                        if step % 10 == 0 or final else None, final=final)
         if (step % t.checkpoint_every == 0 or final) and streak == 0:
             if weights_finite(trainer.model):
                 trainer.save_checkpoint(step)

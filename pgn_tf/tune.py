@@ -22,14 +22,16 @@ import sys
 
 import tensorflow as tf
 
-from pgn_tf import evaluate
+from pgn_tf import evaluate, progress
 from pgn_tf.decoding.features import NUM_FEATURES
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, tokens_to_sentences
 
 
 def make_scorer(summarizer: Summarizer, articles: list[str], references: list[str],
-                metric: str, batch_size: int):
+                metric: str, batch_size: int, on_decode=None):
+    """score(weights) -> ROUGE of the articles decoded with those ABS+ weights; on_decode()
+    is called after each full decode (the progress bar)."""
     fn = tf.function(lambda a, w: summarizer.summarize(a, feature_weights=w),
                      input_signature=[tf.TensorSpec([None], tf.string),
                                       tf.TensorSpec([NUM_FEATURES], tf.float32)])
@@ -40,6 +42,8 @@ def make_scorer(summarizer: Summarizer, articles: list[str], references: list[st
             out = fn(tf.constant(articles[i : i + batch_size]), tf.constant(weights, tf.float32))
             for row, n in zip(out["tokens"].numpy(), out["length"].numpy()):
                 decoded.append(tokens_to_sentences([t.decode("utf-8") for t in row[:n]]))
+        if on_decode is not None:
+            on_decode()
         return evaluate.rouge(decoded, references, bootstrap=0)[metric]
 
     return score
@@ -72,9 +76,13 @@ def run(args) -> dict:
     if not examples:
         raise UserError(f"--data {args.data} has no examples after --skip {args.skip}")
     references = [evaluate.reference_text(e.summary, summarizer.cfg.data) for e in examples]
+    # Decodes at most: the start, then each round tries every grid value of 4 weights.
+    most = 1 + args.rounds * (NUM_FEATURES - 1) * len(args.grid)
+    bar = progress.progbar(most, "decode", 0 if args.quiet else None)
     score = make_scorer(summarizer, [e.article for e in examples], references, args.metric,
-                        args.batch_size)
+                        args.batch_size, on_decode=lambda: bar.add(1))
     weights, best, history = coordinate_ascent(score, args.grid, args.rounds)
+    bar.update(len(history), finalize=True)  # fewer when a round changed nothing
     result = {"metric": args.metric, "abs": history[0][1], "abs_plus": best,
               "weights": ",".join(f"{w:g}" for w in weights), "examples": len(examples),
               "decodes": len(history), "method": "coordinate ascent"}
@@ -96,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--metric", default="rougeLsum", choices=("rouge1", "rouge2", "rougeLsum"))
     p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p
 
 

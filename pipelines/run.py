@@ -17,6 +17,9 @@ mid-way continues where it stopped (training resumes from its last checkpoint).
             a run killed after the rename but before the step completed finds its version on
             the next run instead of pushing a duplicate.
 
+Each step shows its progress (the Beam pipeline's counts, the training bar, the decoding of the
+validation examples) unless `--quiet`.
+
 One run at a time per run_dir: `<run_dir>/.lock` (pgn_tf.dirlock) refuses a second one with the
 holder's pid; a killed run's lock is taken over. A step's fingerprint covers its config and,
 for preprocess, the input data itself (each input file's path, size and modification time), so
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -173,15 +177,17 @@ def preprocess_step(inputs: dict, out_dir: str) -> dict:
             "vocab": os.path.join(out_dir, "vocab.txt"), "stats": stats}
 
 
-def train_step(inputs: dict, out_dir: str) -> dict:
+def train_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:
     from pgn_tf import train
 
-    argv = ["--model_dir", out_dir, "--config", inputs["config"], "--quiet",
+    argv = ["--model_dir", out_dir, "--config", inputs["config"],
             "--train_data", inputs["train"], "--eval_data", inputs["validation"],
             "--set", f"data.vocab_path={inputs['vocab']}",
             "--set", f"data.vocab_size={inputs['vocab_size']}"]
     for item in inputs["set"]:
         argv += ["--set", item]
+    if not verbose:
+        argv.append("--quiet")
     result = train.run(train.build_parser().parse_args(argv))
     return {"model_dir": out_dir, "result": result}
 
@@ -198,22 +204,25 @@ def validation_examples(pattern: str, limit: int):
     return read_split(pattern, "tfrecord", limit)
 
 
-def score_saved_model(path: str, examples, batch_size: int) -> dict:
+def score_saved_model(path: str, examples, batch_size: int, verbose: int = 1) -> dict:
     """Decodes examples with a SavedModel's summarize_verbose signature (the exact tokens it
-    would serve) and scores them like pgn_tf.evaluate does."""
+    would serve) and scores them like pgn_tf.evaluate does; a progress bar counts the
+    examples decoded."""
     import tensorflow as tf
 
     from pgn_tf import config as config_lib
-    from pgn_tf import evaluate
+    from pgn_tf import evaluate, progress
 
     with open(os.path.join(path, "assets.extra", "config.json")) as f:
         cfg = config_lib.Config.from_dict(json.load(f))
     fn = tf.saved_model.load(path).signatures["summarize_verbose"]
     decoded = []
+    bar = progress.progbar(len(examples), "example", verbose)
     for i in range(0, len(examples), batch_size):
         out = fn(articles=tf.constant([e.article for e in examples[i : i + batch_size]]))
         for row in out["tokens"].numpy():
             decoded.append([t.decode("utf-8") for t in row if t])
+        bar.update(len(decoded))
     articles = evaluate.tokenize_texts([e.article for e in examples], cfg.data)
     references = [evaluate.reference_text(e.summary, cfg.data) for e in examples]
     return {"system": path, "examples": len(examples),
@@ -232,9 +241,9 @@ def lead_metrics(examples, lead_words: int) -> dict:
             **evaluate.score(decoded, references, articles)}
 
 
-def evaluate_step(inputs: dict, out_dir: str) -> dict:
+def evaluate_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:
     examples = validation_examples(inputs["validation"], inputs["limit"])
-    metrics = score_saved_model(inputs["saved_model"], examples, inputs["batch_size"])
+    metrics = score_saved_model(inputs["saved_model"], examples, inputs["batch_size"], verbose)
     with open(os.path.join(out_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
     print(f"[pipelines.run] candidate: {json.dumps(metrics)}", flush=True)
@@ -247,14 +256,14 @@ def served_versions(serving_base: str) -> list[int]:
     return sorted(int(d) for d in os.listdir(serving_base) if d.isdigit())
 
 
-def bless_step(inputs: dict, out_dir: str) -> dict:
+def bless_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:
     metric, margin = inputs["metric"], float(inputs["margin"])
     candidate = inputs["candidate"][metric]
     examples = validation_examples(inputs["validation"], inputs["limit"])
     versions = served_versions(inputs["serving_base"])
     if versions:
         path = os.path.join(inputs["serving_base"], str(versions[-1]))
-        baseline = score_saved_model(path, examples, inputs["batch_size"])
+        baseline = score_saved_model(path, examples, inputs["batch_size"], verbose)
         baseline["version"] = versions[-1]
     else:
         baseline = lead_metrics(examples, inputs["lead_words"])
@@ -376,8 +385,12 @@ def clean_leftovers(run_dir: str, serving_base: str) -> list[str]:
     return removed
 
 
-def run(cfg: dict) -> dict:
-    """Runs the flow; returns every step's outputs."""
+def run(cfg: dict, verbose: int | None = None) -> dict:
+    """Runs the flow; returns every step's outputs. verbose 0: no progress bars; None: bars
+    when standard output is a terminal."""
+    from pgn_tf.progress import verbosity
+
+    verbose = verbosity(verbose)
     run_dir = cfg["run_dir"]
     with DirLock(run_dir, what="pipeline run dir"):
         removed = clean_leftovers(run_dir, cfg["push"]["serving_base"])
@@ -385,7 +398,7 @@ def run(cfg: dict) -> dict:
             print(f"[pipelines.run] removed {len(removed)} leftover(s) of an interrupted run: "
                   f"{', '.join(removed)}", flush=True)
         durable.write_json(os.path.join(run_dir, "pipeline.json"), cfg, indent=2)
-        return run_steps(cfg)
+        return run_steps(cfg, verbose)
 
 
 def preprocess_inputs(pre_cfg: dict) -> dict:
@@ -404,23 +417,25 @@ def train_inputs(train_cfg: dict) -> dict:
     return inputs
 
 
-def run_steps(cfg: dict) -> dict:
+def run_steps(cfg: dict, verbose: int = 1) -> dict:
+    """The steps in order. `verbose` is no input of any step: it changes no fingerprint."""
     run_dir = cfg["run_dir"]
+    shown = functools.partial  # each step's fn(inputs, out_dir), with the verbosity bound
     pre_cfg, ev_cfg = cfg["preprocess"], cfg["evaluate"]
     out = {"preprocess": run_step(run_dir, "preprocess", preprocess_step,
                                   preprocess_inputs(pre_cfg))}
     data = out["preprocess"]
-    out["train"] = run_step(run_dir, "train", train_step, {
+    out["train"] = run_step(run_dir, "train", shown(train_step, verbose=verbose), {
         "after": data["fingerprint"], "train": data["train"], "validation": data["validation"],
         "vocab": data["vocab"], "vocab_size": pre_cfg["vocab_size"], **train_inputs(cfg["train"]),
     }, resumable=True)
     out["export"] = run_step(run_dir, "export", export_step, {
         "after": out["train"]["fingerprint"], "model_dir": out["train"]["model_dir"]})
     saved_model = out["export"]["saved_model"]
-    out["evaluate"] = run_step(run_dir, "evaluate", evaluate_step, {
+    out["evaluate"] = run_step(run_dir, "evaluate", shown(evaluate_step, verbose=verbose), {
         "after": out["export"]["fingerprint"], "saved_model": saved_model,
         "validation": data["validation"], **ev_cfg})
-    out["bless"] = run_step(run_dir, "bless", bless_step, {
+    out["bless"] = run_step(run_dir, "bless", shown(bless_step, verbose=verbose), {
         "after": out["evaluate"]["fingerprint"], "candidate": out["evaluate"]["metrics"],
         "validation": data["validation"], "serving_base": cfg["push"]["serving_base"],
         **ev_cfg, **cfg["bless"]})
@@ -431,7 +446,7 @@ def run_steps(cfg: dict) -> dict:
 
 
 def main_args(args) -> None:
-    out = run(load_config(args.config, args.set))
+    out = run(load_config(args.config, args.set), verbose=0 if args.quiet else None)
     print("[pipelines.run] " + json.dumps({"blessed": out["bless"]["blessed"], **out["push"]}))
 
 
@@ -439,6 +454,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipelines.run", description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="pipeline YAML")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bars (training, decoding for evaluate and bless)")
     return p
 
 

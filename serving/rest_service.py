@@ -4,6 +4,8 @@
     GET  /v1/models/NAME[/versions/V | /labels/L]/metadata   signature defs
     POST /v1/models/NAME[/versions/V | /labels/L]:predict    {"instances": ...} or {"inputs": ...}
     GET  /monitoring/prometheus/metrics                       (with --monitoring_config_file)
+    GET  /v1/models/NAME[/versions/V | /labels/L]/explain    the explanation page (serving.explain;
+                                                              off with --no_explain_page)
 
 waitress does the HTTP: its channels are read and parsed on one asynchronous I/O loop, so idle
 or slow connections hold no thread; at most `connection_limit` connections are open, each idle
@@ -25,6 +27,7 @@ import time
 import numpy as np
 from google.protobuf import json_format
 
+from serving import explain
 from serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from serving.metrics import Metrics
 from serving.models import ModelRegistry
@@ -85,16 +88,18 @@ class RestApp:
     Args:
       predictor, registry, metrics: the server's parts; metrics_path: where the Prometheus
       text is served (None: not served); timeout_s: each request's deadline
-      (--rest_api_timeout_in_ms).
+      (--rest_api_timeout_in_ms); explain_page: whether GET .../explain serves the
+      explanation page (serving.explain).
     """
 
     def __init__(self, predictor: Predictor, registry: ModelRegistry, metrics: Metrics | None,
-                 metrics_path: str | None, timeout_s: float | None):
+                 metrics_path: str | None, timeout_s: float | None, explain_page: bool = True):
         self.predictor = predictor
         self.registry = registry
         self.metrics = metrics
         self.metrics_path = metrics_path
         self.timeout_s = timeout_s
+        self.explain_page = explain_page
 
     def __call__(self, environ, start_response):
         started = time.perf_counter()
@@ -119,6 +124,8 @@ class RestApp:
             route = parse_model_path(path)
             served = self.registry.model(route.name)
             model = served.name
+            if route.tail == ["explain"] and not route.verb:
+                return self._explain(served, route, method, start_response)
             if method == "POST":
                 api = "predict"
                 payload = self._predict(environ, route, seen)
@@ -141,6 +148,22 @@ class RestApp:
         start_response(f"{status} {_REASONS.get(status, 'Error')}",
                        [("Content-Type", "application/json"),
                         ("Content-Length", str(len(body)))])
+        return [body]
+
+    # -- GET .../explain: the explanation page ----------------------------------------------
+
+    def _explain(self, served, route: _Route, method: str, start_response):
+        if not self.explain_page:
+            raise not_found("the explanation page is off on this server (--no_explain_page)")
+        if method != "GET":
+            raise invalid(f"{method[:20]} .../explain: the explanation page takes GET")
+        loaded = served.resolve(route.version, route.label)
+        body = explain.page(served.name, route.version, route.label, loaded.path)
+        start_response("200 OK", [("Content-Type", "text/html; charset=utf-8"),
+                                  ("Content-Length", str(len(body))),
+                                  ("Content-Security-Policy", explain.CSP),
+                                  ("X-Content-Type-Options", "nosniff"),
+                                  ("Cache-Control", "no-store")])
         return [body]
 
     # -- GET: status and metadata -----------------------------------------------------------

@@ -58,6 +58,7 @@ class ServerOptions:
     load_retry_interval_s: float = 60.0  # --load_retry_interval_micros / 1e6
     max_load_retries: int = 5  # --max_num_load_retries
     batching: BatchingParameters | None = None  # --enable_batching, --batching_parameters_file
+    explain_page: bool = True  # GET /v1/models/NAME/explain on the REST port; --no_explain_page
 
     def validate(self) -> ServerOptions:
         for name in ("max_request_bytes", "max_batch_rows", "grpc_max_threads",
@@ -202,7 +203,8 @@ class Server:
 
     def _start_rest(self, opts: ServerOptions) -> None:
         app = rest_service.RestApp(self.predictor, self.registry, self.metrics,
-                                   opts.metrics_path, opts.rest_api_timeout_s)
+                                   opts.metrics_path, opts.rest_api_timeout_s,
+                                   explain_page=opts.explain_page)
         self._http_map: dict = {}
         self.http = rest_service.make_server(
             app, opts.host, 0 if opts.rest_port == "auto" else opts.rest_port,
@@ -287,6 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bytes of a request's input tensors at most (REST bodies: twice that)")
     p.add_argument("--max_batch_rows", type=int, default=d.max_batch_rows,
                    help="rows (dimension 0) of a request's inputs at most")
+    p.add_argument("--no_explain_page", action="store_true",
+                   help="do not serve the explanation page, GET /v1/models/NAME/explain on the "
+                        "REST port (summary tokens coloured by p_gen, attention on hover)")
     return p
 
 
@@ -326,7 +331,8 @@ def options_from_args(args) -> tuple[dict, ServerOptions]:
         enable_warmup=args.enable_model_warmup,
         warmup_iterations=args.num_request_iterations_for_warmup,
         load_retry_interval_s=args.load_retry_interval_micros / 1e6,
-        max_load_retries=args.max_num_load_retries, batching=batching)
+        max_load_retries=args.max_num_load_retries, batching=batching,
+        explain_page=not args.no_explain_page)
     return models, opts.validate()
 
 

@@ -1,4 +1,5 @@
-"""The in-graph ROUGE-L reward against rouge-score on random token sequences."""
+"""The in-graph ROUGE-L reward (tensorflow-text's kernel) against rouge-score on random token
+sequences."""
 
 import numpy as np
 import tensorflow as tf
@@ -25,9 +26,17 @@ def test_rouge_l_matches_rouge_score():
         assert abs(got[i] - want) < 1e-6, (i, p, r, got[i], want)
 
 
-def test_lcs_of_identical_and_disjoint():
-    a = tf.constant([[1, 2, 3, 4], [1, 2, 3, 4]])
-    b = tf.constant([[1, 2, 3, 4], [5, 6, 7, 8]])
-    n = tf.constant([4, 4])
-    assert rewards.lcs_length(a, n, b, n).numpy().tolist() == [4.0, 0.0]
-    assert rewards.rouge_l_f1(a, n, b, n).numpy().tolist() == [1.0, 0.0]
+def test_identical_disjoint_and_partial():
+    a = tf.constant([[1, 2, 3, 4], [1, 2, 3, 4], [1, 2, 3, 4]])
+    b = tf.constant([[1, 2, 3, 4], [5, 6, 7, 8], [2, 9, 4, 0]])
+    n = tf.constant([4, 4, 4])
+    got = rewards.rouge_l_f1(a, n, b, tf.constant([4, 4, 3])).numpy()
+    np.testing.assert_allclose(got, [1.0, 0.0, 2 * (2 / 4) * (2 / 3) / (2 / 4 + 2 / 3)],
+                               rtol=1e-6)
+
+
+def test_reward_inside_a_tf_function_with_int64_ids():
+    fn = tf.function(rewards.rouge_l_f1)
+    pred = tf.constant([[7, 8, 9, 0, 0]], tf.int64)
+    got = fn(pred, tf.constant([3]), pred, tf.constant([2])).numpy()
+    np.testing.assert_allclose(got, [2 * (2 / 3) * 1.0 / (2 / 3 + 1.0)], rtol=1e-6)

@@ -19,7 +19,7 @@ import os
 
 import tensorflow as tf
 
-from pgn_tf import text
+from pgn_tf import progress, text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.config import DataConfig
 from pgn_tf.data import tfrecord
@@ -74,12 +74,13 @@ def read_examples(path: str, fmt: str, stats: ReadStats):
 
 
 def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
-                  convert: bool = True) -> list[str]:
+                  convert: bool = True, verbose: int | None = None) -> list[str]:
     """TFRecord files for a data path of any format.
 
     TFRecords (a file or glob) are used in place, their first records checked (the rest are
     checked as they are read, tfrecord.checked_records); other formats are converted
-    once into `cache_dir` (keyed by the source's name, size and mtime) and reused after.
+    once into `cache_dir` (keyed by the source's name, size and mtime) and reused after, with
+    a progress bar of the records converted (verbose None: when stdout is a terminal).
     convert=False (a multi-worker run's non-chief workers: the chief converts) only finds the
     cache. Raises ValueError naming the path when it is missing, empty or unreadable.
     """
@@ -108,7 +109,9 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
                          f"must see the same data path and model dir (a shared file system)")
     tf.io.gfile.makedirs(cache_dir)
     stats = ReadStats()
-    files = tfrecord.write_tfrecords(read_examples(path, fmt, stats), prefix, 1)
+    bar = progress.progbar(None, "record", verbose)
+    files = tfrecord.write_tfrecords(progress.counted(read_examples(path, fmt, stats), bar),
+                                     prefix, 1)
     if stats.kept == 0:
         for fn in files:
             tf.io.gfile.remove(fn)
@@ -282,26 +285,26 @@ def batch_records(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, 
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def build_vocab(files: list[str], cfg: DataConfig) -> vocab_lib.Vocab:
-    """Counts article and summary tokens of the training records with the model's tokenizer."""
+def build_vocab(files: list[str], cfg: DataConfig, verbose: int | None = None) -> vocab_lib.Vocab:
+    """Counts article and summary tokens of the training records with the model's tokenizer
+    (a progress bar of the records counted; verbose None: when stdout is a terminal)."""
     import collections
 
     counter: collections.Counter = collections.Counter()
+
+    def tokens(d: dict) -> tuple[tf.Tensor, tf.Tensor]:
+        """A batch of records -> (its size, every article and summary token: string [N])."""
+        summaries = tf.strings.regex_replace(d["summary"], "\n", " ")
+        return tf.shape(d["article"])[0], tf.concat(
+            [text.tokenize(d["article"], cfg.lowercase, cfg.replace_digits).flat_values,
+             text.tokenize(summaries, cfg.lowercase, cfg.replace_digits).flat_values], axis=0)
+
     ds = tfrecord.read_records(files).map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(256).map(
-        lambda d: tf.concat(
-            [
-                text.tokenize(d["article"], cfg.lowercase, cfg.replace_digits).flat_values,
-                text.tokenize(
-                    tf.strings.regex_replace(d["summary"], "\n", " "),
-                    cfg.lowercase,
-                    cfg.replace_digits,
-                ).flat_values,
-            ],
-            axis=0,
-        ),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    for tokens in ds.as_numpy_iterator():
-        counter.update(t.decode("utf-8") for t in tokens)
+    ds = ds.batch(256).map(tokens, num_parallel_calls=tf.data.AUTOTUNE)
+    bar, done = progress.progbar(None, "record", verbose), 0
+    for n, batch_tokens in ds.as_numpy_iterator():
+        counter.update(t.decode("utf-8") for t in batch_tokens)
+        done += int(n)
+        bar.update(done)
+    bar.update(done, finalize=True)
     return vocab_lib.Vocab.from_counter(counter, cfg.vocab_size, cfg.min_count)

@@ -1,0 +1,97 @@
+"""The keras-hub-style API: `pgn_tf.Summarizer` called on lists (compiled once per batch-size
+bucket), `explain`, the SavedModel form, and the package's lazy top-level names."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import pgn_tf
+from pgn_tf.data import tfrecord
+from pgn_tf.inference import SavedModelSummarizer, Summarizer, article_tokens, batch_buckets
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def summarizer(trained_model_dir):
+    return Summarizer.from_model_dir(trained_model_dir)
+
+
+@pytest.fixture(scope="module")
+def articles(corpus):
+    return [e.article for e in tfrecord.read_tfrecords(corpus["validation"])][:40]
+
+
+def test_buckets():
+    assert batch_buckets(32) == [1, 2, 4, 8, 16, 32]
+    assert batch_buckets(48) == [1, 2, 4, 8, 16, 32, 48]
+    assert batch_buckets(1) == [1]
+
+
+def test_call_traces_once_per_bucket_and_pads_invisibly(summarizer, articles):
+    assert summarizer.batch_size == 32
+    five = summarizer(articles[:5])  # bucket 8
+    count = summarizer.compiled.batch.experimental_get_tracing_count()
+    assert count == 1
+    assert summarizer(articles[:5]) == five
+    assert summarizer(articles[10:13]) and summarizer(articles[20:28])  # 3 and 8 rows: bucket 8
+    assert summarizer.compiled.batch.experimental_get_tracing_count() == 1
+    all40 = summarizer(articles)  # 32 + 8 rows
+    assert summarizer.compiled.batch.experimental_get_tracing_count() == 2
+    assert summarizer(articles[::-1]) == all40[::-1]  # answered in input order
+    assert summarizer.compiled.batch.experimental_get_tracing_count() == 2
+    # The padding rows change nothing: the plain in-graph call on the unpadded batch agrees.
+    plain = summarizer.summarize(tf.constant(articles[:5]))["summaries"].numpy()
+    assert five == [s.decode("utf-8") for s in plain]
+    assert all40[:5] == five
+    assert summarizer(articles[0]) == five[0]  # one str in, one str out
+    with pytest.raises(TypeError, match="article 1 is a bytes"):
+        summarizer(["ok", b"bytes"])
+
+
+def test_explain(summarizer, articles):
+    ex = summarizer.explain(articles[0])
+    t, n = len(ex["tokens"]), len(ex["source_tokens"])
+    assert ex["summary"] == summarizer(articles[0])
+    assert ex["source_tokens"] == article_tokens([articles[0]], summarizer.cfg.data)[0]
+    assert ex["source_tokens"][:4] == articles[0].lower().split()[:4]
+    assert ex["attention"].shape == (t, n) and ex["p_gen"].shape == (t,)
+    np.testing.assert_allclose(ex["attention"].sum(axis=1), 1.0, atol=1e-4)
+    assert np.all((ex["p_gen"] > 0) & (ex["p_gen"] < 1))
+    # A copied word (not in the vocabulary) is attended where it stands in the article.
+    vocab = set(summarizer.vocab.words)
+    copied = [i for i, w in enumerate(ex["tokens"]) if w not in vocab]
+    assert copied
+    for i in copied:
+        assert ex["source_tokens"][int(np.argmax(ex["attention"][i]))] == ex["tokens"][i]
+
+
+def test_saved_model_summarizer_matches_in_process(summarizer, articles, exported):
+    _, _, path = exported
+    served = pgn_tf.Summarizer.from_saved_model(path)
+    assert isinstance(served, SavedModelSummarizer) and served.batch_size == 32
+    assert served(articles[:6]) == summarizer(articles[:6])
+    a, b = served.explain(articles[1]), summarizer.explain(articles[1])
+    assert a["tokens"] == b["tokens"] and a["source_tokens"] == b["source_tokens"]
+    np.testing.assert_allclose(a["attention"], b["attention"], atol=1e-5)
+    np.testing.assert_allclose(a["p_gen"], b["p_gen"], atol=1e-5)
+    with pytest.raises(pgn_tf.inference.UserError, match="is it a pgn_tf export"):
+        pgn_tf.Summarizer.from_saved_model(os.path.dirname(path))
+
+
+def test_top_level_names_are_lazy():
+    code = ("import sys, pgn_tf; assert 'tensorflow' not in sys.modules, 'tf imported'; "
+            "assert pgn_tf.config.resolve('tiny').model.hidden_dim == 64; "
+            "assert {'Summarizer', 'config', 'PointerGenerator'} <= set(dir(pgn_tf)); "
+            "assert 'tensorflow' not in sys.modules, 'tf imported by config'")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT)
+    from pgn_tf.models.pointer_generator import PointerGenerator
+
+    assert pgn_tf.Summarizer is Summarizer and pgn_tf.PointerGenerator is PointerGenerator
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        pgn_tf.nope  # noqa: B018
