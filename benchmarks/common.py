@@ -17,21 +17,29 @@ def percentiles(latencies_s: list[float]) -> dict:
             "p99_ms": round(float(np.percentile(ms, 99)), 2)}
 
 
-VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
+VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
 
 
-def cpu_flags() -> str:
-    """The CPU's vector extensions that decide TF's CPU speed (printed beside every figure)."""
-    flags: set[str] = set()
+def vector_flags() -> dict[str, bool] | None:
+    """{flag: present} of the vector extensions that decide TF's CPU speed (/proc/cpuinfo);
+    None where the CPU's flags cannot be read."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
                 if line.startswith("flags"):
                     flags = set(line.split(":", 1)[1].split())
-                    break
+                    return {f: f in flags for f in VECTOR_FLAGS}
     except OSError:
+        pass
+    return None
+
+
+def cpu_flags() -> str:
+    """The present vector extensions as one string (printed beside every figure)."""
+    flags = vector_flags()
+    if flags is None:
         return "unknown"
-    return " ".join(f for f in VECTOR_FLAGS if f in flags) or "none of " + ",".join(VECTOR_FLAGS)
+    return " ".join(f for f, on in flags.items() if on) or "none of " + ",".join(VECTOR_FLAGS)
 
 
 def machine() -> dict:

@@ -22,22 +22,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.common import articles_from, emit  # noqa: E402
+from benchmarks.common import articles_from, cpu_flags, emit  # noqa: E402
 from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import export  # noqa: E402
 from pgn_tf.inference import Summarizer  # noqa: E402
-
-
-def cpu_flags() -> str:
-    """The vector extensions that decide CPU kernel speed (avx2, avx512f, avx512_bf16, amx)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f
-                          if line.startswith("flags")), [])
-    except OSError:
-        return "unknown"
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
-    return " ".join(w for w in wanted if w in flags) or "none of avx2/avx512f/avx512_bf16/amx"
 
 
 def time_fn(fn, articles: list[str], batch: int) -> tuple[float, float, float]:

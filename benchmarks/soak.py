@@ -31,26 +31,11 @@ import grpc  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow_serving.apis import prediction_service_pb2_grpc  # noqa: E402
 
-from benchmarks.common import articles_from, emit, percentiles  # noqa: E402
+from benchmarks.common import articles_from, emit, percentiles, vector_flags  # noqa: E402
 from serving.client import make_request  # noqa: E402
 from serving.process import start_server, stop_server  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-
-
-def cpu_flags() -> dict:
-    """Which of the vector extensions TF's CPU kernels can use this CPU has (/proc/cpuinfo)."""
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    return {f: f in flags for f in VECTOR_FLAGS}
 
 
 def proc_status(pid: int) -> dict:
@@ -154,7 +139,7 @@ def main() -> None:
     try:
         print(f"soak: {a.minutes:g} min, {a.clients} clients (gRPC + REST), a version every "
               f"{a.push_every:g} s, batching {'off' if a.no_batching else 'on'}; "
-              f"cpu {cpu_flags()}", flush=True)
+              f"cpu {vector_flags()}", flush=True)
         threads = [threading.Thread(target=load.grpc_client if k % 2 == 0 else load.rest_client,
                                     args=(k,), daemon=True) for k in range(a.clients)]
         for t in threads:
@@ -202,7 +187,7 @@ def main() -> None:
         "rss_start_mb": start["vmrss_mb"], "rss_end_mb": final["vmrss_mb"],
         "rss_peak_mb": final["vmhwm_mb"],
         "threads_start": start["threads"], "threads_end": final["threads"],
-        "server_alive": alive, "cpu_flags": cpu_flags(), "tf": tf.__version__,
+        "server_alive": alive, "cpu_flags": vector_flags(), "tf": tf.__version__,
     })
 
 

@@ -66,13 +66,23 @@ def _length_key(article: str, cap: int) -> int:
 class SummarizerAPI:
     """What both summarizers answer: `s(articles)`, `s.explain(article)` and `s.decode(...)`.
 
-    Subclasses give `batch_size` (the largest batch of one model call), `data_config` and
-    `pointer_gen`, and run one batch (`_run_batch`) and one verbose article (`_run_verbose`).
+    Subclasses hold `cfg` (the model's Config: decode.batch_size is the largest batch of one
+    model call) and run one batch (`_run_batch`) and one verbose article (`_run_verbose`).
     """
 
-    batch_size: int
-    data_config: config_lib.DataConfig
-    pointer_gen: bool
+    cfg: config_lib.Config
+
+    @property
+    def batch_size(self) -> int:
+        return self.cfg.decode.batch_size
+
+    @property
+    def data_config(self) -> config_lib.DataConfig:
+        return self.cfg.data
+
+    @property
+    def pointer_gen(self) -> bool:
+        return bool(self.cfg.model.pointer_gen)
 
     def _run_batch(self, articles: list[str]) -> dict:
         """articles: at most batch_size -> {"summaries": bytes [n], "scores": float32 [n]}."""
@@ -174,18 +184,6 @@ def _pick(out: dict, keys) -> dict:
 
 class _InProcessCalls(SummarizerAPI):
     """SummarizerAPI for Summarizer: batches padded to a bucket, run by _Compiled."""
-
-    @property
-    def batch_size(self) -> int:
-        return self.cfg.decode.batch_size
-
-    @property
-    def data_config(self) -> config_lib.DataConfig:
-        return self.cfg.data
-
-    @property
-    def pointer_gen(self) -> bool:
-        return bool(self.cfg.model.pointer_gen)
 
     @property
     def compiled(self) -> _Compiled:
@@ -390,18 +388,6 @@ class SavedModelSummarizer(SummarizerAPI):
             raise UserError(f"SavedModel {path} lacks the signature(s) {sorted(missing)}")
         self.serve = self.loaded.signatures["serving_default"]
         self.verbose = self.loaded.signatures["summarize_verbose"]
-
-    @property
-    def batch_size(self) -> int:
-        return self.cfg.decode.batch_size
-
-    @property
-    def data_config(self) -> config_lib.DataConfig:
-        return self.cfg.data
-
-    @property
-    def pointer_gen(self) -> bool:
-        return bool(self.cfg.model.pointer_gen)
 
     def _run_batch(self, articles: list[str]) -> dict:
         out = self.serve(articles=tf.constant(articles, tf.string))
