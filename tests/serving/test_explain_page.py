@@ -1,8 +1,7 @@
 """The explanation page (serving.explain), in a real headless Chromium: it loads, takes an
 article, shows the summary with one p_gen-coloured span per output token and the attention on
-hover, and its screenshot is not blank. The browser test needs Debian's chromium and
-chromium-driver (`apt-get install chromium chromium-driver`); where they are missing it is
-skipped with that reason, and the page's server side is still tested without a browser."""
+hover, and its screenshot is not blank. No skip: a missing browser fails the test (Debian's
+chromium and chromium-driver; .ci/run installs them when missing)."""
 
 import io
 import json
@@ -78,7 +77,7 @@ def test_explain_page_in_headless_chromium(server, exported, tmp_path):
         browser = chromium()
         driver = browser.__enter__()
     except BrowserMissing as e:
-        pytest.skip(str(e))
+        pytest.fail(str(e))  # loudly: CI must have the browser
     try:
         driver.get(_page_url(server))
         assert "explain a summary" in driver.title
