@@ -17,6 +17,7 @@ The low-level call stays `summarize(articles_tensor) -> dict of tensors`.
 
 from __future__ import annotations
 
+import abc
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -63,7 +64,7 @@ def _length_key(article: str, cap: int) -> int:
     return min(len(article.split()), cap)
 
 
-class SummarizerAPI:
+class SummarizerAPI(abc.ABC):
     """What both summarizers answer: `s(articles)`, `s.explain(article)` and `s.decode(...)`.
 
     Subclasses hold `cfg` (the model's Config: decode.batch_size is the largest batch of one
@@ -84,14 +85,14 @@ class SummarizerAPI:
     def pointer_gen(self) -> bool:
         return bool(self.cfg.model.pointer_gen)
 
+    @abc.abstractmethod
     def _run_batch(self, articles: list[str]) -> dict:
         """articles: at most batch_size -> {"summaries": bytes [n], "scores": float32 [n]}."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _run_verbose(self, article: str) -> dict:
         """One article -> numpy {summaries [1], tokens [1, T], attention [1, T, L],
         p_gen [1, T]} of the verbose decode."""
-        raise NotImplementedError
 
     def __call__(self, articles: Sequence[str] | str) -> list[str] | str:
         """Summaries of `articles` (a list gives a list in the same order; one str gives one)."""

@@ -32,13 +32,12 @@ import json
 import os
 import sys
 import time
-import zlib
 from collections.abc import Iterator
 
+from pgn_tf.data.lines import numbered_lines
 from pgn_tf.errors import UserError, run_cli
 
 WINDOW_BATCHES = 16  # batches read ahead, sorted by length, decoded, then written in order
-GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
 
 
@@ -100,18 +99,8 @@ def _open_input(path: str):
 def raw_lines(f) -> Iterator[tuple[int, bytes | None]]:
     """(line number, bytes without the line end) of a binary file; a damaged gzip ends it
     with (next line number, None)."""
-    lineno = 0
-    it = iter(f)
-    while True:
-        try:
-            raw = next(it)
-        except StopIteration:
-            return
-        except GZIP_ERRORS:
-            yield lineno + 1, None
-            return
-        lineno += 1
-        yield lineno, raw.rstrip(b"\r\n")
+    for lineno, raw in numbered_lines(f):
+        yield lineno, None if isinstance(raw, Exception) else raw.rstrip(b"\r\n")
 
 
 def detect_format(path: str, first_line: bytes | None) -> str:

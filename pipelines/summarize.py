@@ -25,7 +25,6 @@ import gzip
 import json
 import sys
 import time
-import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -43,10 +42,10 @@ from apache_beam.ml.inference.base import (
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pgn_tf.errors import UserError, run_cli
+from pgn_tf.summarize import raw_lines
 
 NAMESPACE = "pgn_tf.summarize"
 WINDOW_BATCHES = 16  # model batches per RunInference batch: sorted by length, then decoded
-GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
 
 
 class SavedModelHandler(ModelHandler[str, PredictionResult, Any]):
@@ -89,19 +88,12 @@ def read_lines(readable) -> Iterable[tuple[str, int, bytes | None]]:
     path = readable.metadata.path
     with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as raw:
         f = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
-        lineno = 0
-        it = iter(f)
-        while True:
-            try:
-                line = next(it)
-            except StopIteration:
-                break
-            except GZIP_ERRORS:
-                yield path, lineno + 1, None
-                break
-            lineno += 1
-            yield path, lineno, line.rstrip(b"\r\n")
-    Metrics.counter(NAMESPACE, "lines").inc(lineno)
+        whole = 0
+        for lineno, line in raw_lines(f):
+            yield path, lineno, line
+            if line is not None:
+                whole = lineno
+    Metrics.counter(NAMESPACE, "lines").inc(whole)
 
 
 class ParseLine(beam.DoFn):

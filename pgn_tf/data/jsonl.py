@@ -12,16 +12,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import zlib
 from collections.abc import Iterable, Iterator
 
 import tensorflow as tf
 
 from pgn_tf.data.example import Example, ReadStats
-
-# What a damaged gzip raises while it is read: EOFError for a truncated stream, zlib.error for
-# undecodable data, BadGzipFile for a bad header, CRC or length.
-GZIP_ERRORS = (EOFError, zlib.error, gzip.BadGzipFile)
+from pgn_tf.data.lines import numbered_lines
 
 
 def open_lines(path: str):
@@ -35,19 +31,12 @@ def open_lines(path: str):
 def lines(f: Iterable[bytes], name: str, stats: ReadStats) -> Iterator[tuple[int, bytes]]:
     """(line number, raw line) of an open file. A damaged gzip ends it: what follows the last
     whole line is counted in stats as one dropped record, the reason naming file and line."""
-    lineno = 0
-    it = iter(f)
-    while True:
-        try:
-            raw = next(it)
-        except StopIteration:
-            return
-        except GZIP_ERRORS as e:
+    for lineno, raw in numbered_lines(f):
+        if isinstance(raw, Exception):
             stats.read += 1
-            what = "truncated" if isinstance(e, EOFError) else "corrupt"
-            stats.drop(f"{what} gzip: {name} unreadable after line {lineno}")
+            what = "truncated" if isinstance(raw, EOFError) else "corrupt"
+            stats.drop(f"{what} gzip: {name} unreadable after line {lineno - 1}")
             return
-        lineno += 1
         yield lineno, raw
 
 
