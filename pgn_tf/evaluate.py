@@ -207,18 +207,25 @@ def perplexity(model, vocab, cfg: config_lib.Config, examples: list[Example],
     return float(np.exp(total / count)) if count else float("nan")
 
 
+def decode_fn(summarizer: Summarizer, beam_size: int | None, want_pgen: bool = True):
+    """The compiled decode of a batch of raw articles (traced once per batch shape)."""
+    return tf.function(
+        lambda a: summarizer.summarize(a, beam_size=beam_size, with_p_gen=want_pgen),
+        input_signature=[tf.TensorSpec([None], tf.string)],
+    )
+
+
 def decode_examples(summarizer: Summarizer, examples: list[Example], batch_size: int,
                     beam_size: int | None, want_pgen: bool = True, verbose: int = 1,
-                    lengths: list[int] | None = None):
+                    lengths: list[int] | None = None, fn=None):
     """Batched in-graph decoding; returns (token lists, per-summary mean p_gen, seconds, raw
     token lists before replace_unk), in the order of `examples`.
 
     Batches hold articles of similar length (sorted by `lengths`, default their whitespace
-    token counts), so little of a batch is padding and its articles finish close together."""
-    fn = tf.function(
-        lambda a: summarizer.summarize(a, beam_size=beam_size, with_p_gen=want_pgen),
-        input_signature=[tf.TensorSpec([None], tf.string)],
-    )
+    token counts), so little of a batch is padding and its articles finish close together.
+    `fn`: a decode_fn built earlier, so repeated calls (validation during training) reuse its
+    traces."""
+    fn = fn or decode_fn(summarizer, beam_size, want_pgen)
     import keras
 
     if lengths is None:

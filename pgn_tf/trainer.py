@@ -274,10 +274,12 @@ class Trainer:
                 tfrecord.read_tfrecords(f) for f in self.eval_files)
             examples = list(itertools.islice(records, self.cfg.train.eval_rouge_examples))
             refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
-            self._rouge_fn = (Summarizer(self.model, self.vocab, self.cfg), examples, refs)
-        summarizer, examples, refs = self._rouge_fn
+            summarizer = Summarizer(self.model, self.vocab, self.cfg)
+            fn = evaluate.decode_fn(summarizer, None, want_pgen=False)
+            self._rouge_fn = (summarizer, fn, examples, refs)
+        summarizer, fn, examples, refs = self._rouge_fn
         decoded = evaluate.decode_examples(summarizer, examples, self.cfg.decode.batch_size,
-                                           None, want_pgen=False, verbose=0)[0]
+                                           None, want_pgen=False, verbose=0, fn=fn)[0]
         from pgn_tf.inference import tokens_to_sentences
 
         return evaluate.rouge([tokens_to_sentences(d) for d in decoded], refs, bootstrap=0)
