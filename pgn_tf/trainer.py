@@ -261,8 +261,9 @@ class Trainer:
         return {("loss" if k == "total" else k): v / count for k, v in sums.items()}
 
     def eval_rouge(self) -> dict:
-        """ROUGE-1/2/Lsum F1 (x100, rouge-score) of the first train.eval_rouge_examples
-        validation articles, decoded as evaluate decodes them (the decode config's search)."""
+        """ROUGE-1/2/Lsum F1 (x100, rouge-score) of train.eval_rouge_examples validation articles
+        after the first train.eval_rouge_skip, decoded as evaluate decodes them (the decode
+        config's search)."""
         import itertools
 
         from pgn_tf import evaluate
@@ -272,7 +273,12 @@ class Trainer:
         if self._rouge_fn is None:
             records = itertools.chain.from_iterable(
                 tfrecord.read_tfrecords(f) for f in self.eval_files)
-            examples = list(itertools.islice(records, self.cfg.train.eval_rouge_examples))
+            t = self.cfg.train
+            examples = list(itertools.islice(records, t.eval_rouge_skip,
+                                             t.eval_rouge_skip + t.eval_rouge_examples))
+            if not examples:
+                raise ValueError(f"train.eval_rouge_skip={t.eval_rouge_skip} skips every "
+                                 "validation example: nothing is left to select by ROUGE")
             refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
             summarizer = Summarizer(self.model, self.vocab, self.cfg)
             fn = evaluate.decode_fn(summarizer, None, want_pgen=False)
