@@ -25,13 +25,15 @@ class DataConfig:
     lowercase: bool = True
     replace_digits: bool = False  # Rush et al.: every digit becomes '#'
     shuffle_buffer: int = 10_000
-    bucket_by_length: bool = True
+    bucket_by_length: bool = True  # training batches by article and summary length
+    cache_tokens: bool = True  # training: tokenize once, keep the tokens in memory for later epochs
 
 
 @dataclasses.dataclass
 class ModelConfig:
     model_type: str = "pointer_generator"
-    hidden_dim: int = 256
+    hidden_dim: int = 256  # H: the decoder LSTM (and each encoder direction unless set below)
+    enc_hidden_dim: int = 0  # units per encoder direction (See et al.'s model); 0 = hidden_dim
     emb_dim: int = 128
     pointer_gen: bool = True
     coverage: bool = False
@@ -94,10 +96,15 @@ class TrainConfig:
     early_stop_patience: int = 0  # > 0: stop after this many evals without a better best
     max_nonfinite_steps: int = 20  # stop (an error) after this many non-finite steps in a row
     seed: int = 1234
-    # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
-    # variables and float32 losses (bf16 needs no loss scaling). README "Performance" has the
-    # figures that decided the default.
+    # "" (float32), "auto", "mixed_bfloat16" or "mixed_float16": Keras mixed precision, low-
+    # precision compute with float32 variables and float32 losses. "auto" resolves to
+    # mixed_bfloat16 on CPUs with native bf16 matmuls (AVX512_BF16 or AMX), mixed_float16 (with
+    # dynamic loss scaling) on a GPU, float32 elsewhere (pgn_tf.hardware). README "Performance"
+    # has the figures that decided the default.
     mixed_precision: str = ""
+    # XLA-compile the training step (tf.function(jit_compile=True)): one compilation per batch
+    # shape, so it pairs with data.bucket_by_length (a few padded shapes).
+    jit_compile: bool = False
 
 
 @dataclasses.dataclass
@@ -276,6 +283,26 @@ def debian_abs() -> Config:
     return cfg
 
 
+def reference_onmt() -> Config:
+    """The reference OpenNMT-py system of the speed comparison (its onmt-ref.yaml, run by
+    benchmarks/compare_peer.py): See et al.'s pointer-generator + coverage (lambda = 1) with a
+    bidirectional LSTM encoder of 2 x 128 units, a 256 decoder, 128-wide embeddings, a shared
+    20k vocabulary, batch 32, articles cut to 100 tokens and summaries to 30, Adagrad 0.15
+    (accumulator 0.1, global-norm clip 2); decoding with beam 4, batch 64, at most 30 tokens
+    and no minimum (onmt_translate's defaults with -max_length 30). README "Performance" has
+    its parameter count beside the peer's."""
+    cfg = see2017_coverage()
+    cfg.data.vocab_size = 20_000
+    cfg.data.max_enc_steps = 100
+    cfg.data.max_dec_steps = 30
+    cfg.model.hidden_dim = 256
+    cfg.model.enc_hidden_dim = 128
+    cfg.model.emb_dim = 128
+    cfg.train.batch_size = 32
+    cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=0, max_dec_steps=30, batch_size=64)
+    return cfg
+
+
 def tiny() -> Config:
     """The quickstart's model: trains on the synthetic corpus in a couple of minutes on 2 CPUs."""
     cfg = Config()
@@ -306,6 +333,7 @@ PRESETS = {
     "debian_coverage": debian_coverage,
     "debian_paulus": debian_paulus,
     "debian_abs": debian_abs,
+    "reference_onmt": reference_onmt,
     "tiny": tiny,
 }
 

@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
+from pgn_tf import hardware, objectives
 from pgn_tf import model_dir as model_dir_lib
-from pgn_tf import objectives
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
 from pgn_tf.errors import UserError
@@ -64,16 +64,22 @@ class Trainer:
             raise UserError(f"train.batch_size={tcfg.batch_size} is not divisible by {n} replicas")
         self.global_batch = tcfg.batch_size
         self.objective = objectives.build(cfg)
+        try:
+            self.precision = hardware.mixed_precision_policy(tcfg.mixed_precision)
+        except ValueError as e:
+            raise UserError(str(e)) from None
         with strategy.scope():
             keras.utils.set_random_seed(tcfg.seed)
             # Layers take the policy when built; restore it after, so nothing else inherits it.
             previous = keras.mixed_precision.global_policy()
-            keras.mixed_precision.set_global_policy(tcfg.mixed_precision or "float32")
+            keras.mixed_precision.set_global_policy(self.precision)
             try:
                 self.model = build_model(cfg.model, vocab.size)
             finally:
                 keras.mixed_precision.set_global_policy(previous)
             self.optimizer = make_optimizer(tcfg)
+            if self.precision == "mixed_float16":  # float16 gradients underflow unscaled
+                self.optimizer = keras.optimizers.LossScaleOptimizer(self.optimizer)
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.ckpt = tf.train.Checkpoint(step=self.step, model=self.model, optimizer=self.optimizer)
@@ -147,27 +153,33 @@ class Trainer:
 
     def _step_fn(self, batch):
         model, opt, tcfg = self.model, self.optimizer, self.cfg.train
+        scaled = isinstance(opt, keras.optimizers.LossScaleOptimizer)
         with tf.GradientTape() as tape:
             terms = self.objective(model, batch, training=True)
             loss = tf.nn.compute_average_loss(terms["total"], global_batch_size=self.global_batch)
         variables = model.trainable_variables
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(opt.scale_loss(loss) if scaled else loss, variables)
         n = self.strategy.num_replicas_in_sync
         if n > 1:
             # Clip the *global* gradient (See et al.: norm 2.0): sum replicas first. Keras sums
             # across replicas again inside apply_gradients, so hand it 1/n of the reduced value.
             grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
                                                                     grads)
+        # With loss scaling the gradients are `scale` times the true ones until the
+        # LossScaleOptimizer divides them; norm and clipping threshold are scaled alike.
+        scale = tf.cast(opt.dynamic_scale, tf.float32) if scaled else 1.0
         norm = tf.linalg.global_norm(grads)
         finite = tf.math.is_finite(norm) & tf.math.is_finite(loss)
         if tcfg.max_grad_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, tcfg.max_grad_norm, use_norm=norm)
+            grads, _ = tf.clip_by_global_norm(grads, tcfg.max_grad_norm * scale, use_norm=norm)
+        norm = norm / scale
         # A non-finite step is dropped: its gradient becomes zero (for SGD and Adagrad the
         # weights do not move; Adam's momentum still carries them one step). The loop counts
-        # such steps and stops on a streak (train.max_nonfinite_steps).
-        grads = [tf.IndexedSlices(tf.where(finite, g.values, tf.zeros_like(g.values)) / n,
-                                  g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
-                 else tf.where(finite, g, tf.zeros_like(g)) / n for g in grads]
+        # such steps and stops on a streak (train.max_nonfinite_steps). A LossScaleOptimizer
+        # skips it itself and halves its scale.
+        keep = (lambda g: g) if scaled else (lambda g: tf.where(finite, g, tf.zeros_like(g)))
+        grads = [tf.IndexedSlices(keep(g.values) / n, g.indices, g.dense_shape)
+                 if isinstance(g, tf.IndexedSlices) else keep(g) / n for g in grads]
         opt.apply_gradients(zip(grads, variables))
         scale = 1.0 / self.global_batch
         report = {
@@ -196,20 +208,21 @@ class Trainer:
             out["reward"] = tf.reduce_sum(self.objective.greedy_reward(self.model, batch))
         return out
 
-    def _compile(self, fn, element_spec):
+    def _compile(self, fn, element_spec, jit_compile: bool = False):
         strategy = self.strategy
         if strategy.num_replicas_in_sync == 1:
-            return tf.function(fn, input_signature=[element_spec])
+            return tf.function(fn, input_signature=[element_spec], jit_compile=jit_compile)
 
         def step(b):
             per_replica = strategy.run(fn, args=(b,))
             return {k: strategy.reduce("SUM", v, axis=None) for k, v in per_replica.items()}
 
-        return tf.function(step, input_signature=[element_spec])
+        return tf.function(step, input_signature=[element_spec], jit_compile=jit_compile)
 
     def train_step(self, batch) -> dict:
         if self._train_step is None:
-            self._train_step = self._compile(self._step_fn, self.train_ds.element_spec)
+            self._train_step = self._compile(self._step_fn, self.train_ds.element_spec,
+                                             self.cfg.train.jit_compile)
         return self._train_step(batch)
 
     # -- validation and the best checkpoint ---------------------------------------------------
