@@ -130,7 +130,8 @@ class Trainer:
         tcfg, n = self.cfg.train, self.strategy.num_replicas_in_sync
         ds = dataset.make_dataset(
             self.train_files, self.vocab, self.cfg.data, tcfg.batch_size,
-            self.cfg.model.pointer_gen, True, seed=tcfg.seed).map(dataset.model_features)
+            self.cfg.model.pointer_gen, True, seed=tcfg.seed,
+            fixed_shapes=tcfg.jit_compile).map(dataset.model_features)
         # Resuming continues the data order: the pipeline is deterministic for a seed, so the
         # batches the checkpoint's steps consumed are skipped.
         consumed = int(self.step.numpy())

@@ -19,6 +19,22 @@ def test_parameter_counts_match_see_et_al(pointer_gen, coverage, expected):
     assert model.count_params() == expected
 
 
+def test_reference_onmt_sizes_and_parameter_count():
+    """The peer's sizes: encoder 2 x 128, decoder 256, E = 128, 20k vocab, copy + coverage.
+    OpenNMT-py prints 11,478,049 for its model: 2,560,000 of them a separate target embedding
+    (See et al. share one), and its bridge, input feeding and attention differ by 50,176
+    (README "Performance")."""
+    from pgn_tf import config
+
+    cfg = config.resolve("reference_onmt")
+    model = PointerGenerator.from_config_obj(cfg.model, cfg.data.vocab_size)
+    assert model.count_params() == 8_867_873
+    assert model.count_params() + 128 * 20_000 + 50_176 == 11_478_049
+    assert tuple(model.encoder.bilstm.forward_layer.cell.kernel.shape) == (128, 512)
+    assert tuple(model.cell.lstm.kernel.shape) == (128, 1024)
+    assert tuple(model.cell.attention.w_h.kernel.shape) == (256, 256)  # 2 x enc_hidden_dim
+
+
 @pytest.fixture(scope="module")
 def batch(corpus, vocab, tiny_cfg):
     files = sorted(tf.io.gfile.glob(corpus["train"]))
@@ -26,13 +42,15 @@ def batch(corpus, vocab, tiny_cfg):
     return next(iter(ds))
 
 
-@pytest.mark.parametrize("pointer_gen, coverage", [(False, False), (True, False), (True, True)])
-def test_decode_step_reproduces_teacher_forcing(batch, vocab, pointer_gen, coverage):
-    model = PointerGenerator(vocab.size, 8, 6, pointer_gen=pointer_gen, coverage=coverage)
+@pytest.mark.parametrize("pointer_gen, coverage, enc_hidden",
+                         [(False, False, 0), (True, False, 0), (True, True, 0), (True, True, 3)])
+def test_decode_step_reproduces_teacher_forcing(batch, vocab, pointer_gen, coverage, enc_hidden):
+    model = PointerGenerator(vocab.size, 8, 6, pointer_gen=pointer_gen, coverage=coverage,
+                             enc_hidden_dim=enc_hidden)
     if not pointer_gen:  # the baseline's targets never point past the vocab
         batch = dict(batch, target=tf.where(batch["target"] >= vocab.size, 1, batch["target"]))
     if coverage:
-        model.cell.attention.w_c.assign(tf.random.normal([16]))
+        model.cell.attention.w_c.assign(tf.random.normal([2 * (enc_hidden or 8)]))
     out = model(batch)
     if pointer_gen:
         ref = target_log_prob(out["logits"], batch["target"], out["attn"], out["p_gen_logit"],
@@ -47,6 +65,26 @@ def test_decode_step_reproduces_teacher_forcing(batch, vocab, pointer_gen, cover
         valid = (t < batch["dec_len"]).numpy()
         np.testing.assert_allclose(got.numpy()[valid], ref.numpy()[valid, t], rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(extras["attn"].numpy(), out["attn"].numpy()[:, t], atol=1e-6)
+
+
+@pytest.mark.parametrize("pointer_gen", [False, True])
+def test_token_log_probs_on_real_positions_equal_the_full_grid(batch, vocab, pointer_gen):
+    """The vocabulary layer runs on the gathered non-padding rows only; the result must equal
+    target_log_prob over the whole [B, T, V] grid at every real position."""
+    model = PointerGenerator(vocab.size, 8, 6, pointer_gen=pointer_gen, coverage=True)
+    for w in model.weights:  # away from the near-uniform init, so a mismatch shows
+        w.assign(tf.random.normal(w.shape, stddev=0.3, seed=4))
+    if not pointer_gen:
+        batch = dict(batch, target=tf.where(batch["target"] >= vocab.size, 1, batch["target"]))
+    out = model(batch)
+    full = target_log_prob(out["logits"], batch["target"],
+                           *((out["attn"], out["p_gen_logit"], batch["enc_ext_ids"])
+                             if pointer_gen else ()))
+    got = model.token_log_probs(batch, out)
+    valid = tf.sequence_mask(batch["dec_len"], tf.shape(batch["target"])[1]).numpy()
+    assert valid.sum() < valid.size  # the batch has padding to skip
+    np.testing.assert_allclose(got.numpy()[valid], full.numpy()[valid], rtol=1e-5, atol=1e-5)
+    assert np.all(np.isfinite(got.numpy()))
 
 
 def test_coverage_weight_starts_at_zero_so_conversion_changes_nothing(batch, vocab):
