@@ -8,6 +8,8 @@ import platform
 
 import numpy as np
 
+from pgn_tf import hardware
+
 
 def percentiles(latencies_s: list[float]) -> dict:
     ms = np.asarray(latencies_s) * 1000.0
@@ -21,17 +23,12 @@ VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_i
 
 
 def vector_flags() -> dict[str, bool] | None:
-    """{flag: present} of the vector extensions that decide TF's CPU speed (/proc/cpuinfo);
-    None where the CPU's flags cannot be read."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    return {f: f in flags for f in VECTOR_FLAGS}
-    except OSError:
-        pass
-    return None
+    """{flag: present} of the vector extensions that decide TF's CPU speed (/proc/cpuinfo, read
+    by pgn_tf.hardware); None where the CPU's flags cannot be read."""
+    flags = hardware.cpu_flags()
+    if flags is None:
+        return None
+    return {f: f in flags for f in VECTOR_FLAGS}
 
 
 def cpu_flags() -> str:

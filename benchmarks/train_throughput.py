@@ -1,13 +1,20 @@
 """Training throughput: steady-state steps/s, source tokens/s, examples/s and GFLOP/s of the
 training step (pgn_tf.trainer's Trainer, the same tf.function and strategy), warm-up excluded.
 
-    python benchmarks/train_throughput.py --config see2017_coverage --data train.jsonl.gz \
-        --set data.vocab_size=20000 --set data.max_enc_steps=100 --set train.batch_size=32 \
-        [--steps 60] [--warmup 10] [--cpu_devices N]
+    python benchmarks/train_throughput.py --config reference_onmt --data train.jsonl.gz \
+        [--steps 60] [--warmup 10] [--set train.mixed_precision=auto] [--profile DIR]
 
-FLOPs are counted analytically from the model's matmuls (`step_flops`): forward = 2*m*n*k for
-every dense/LSTM/attention product over the real padded batch shapes, training = 3x forward
-(backward costs two forward passes). Compare with benchmarks/matmul_peak.py.
+Source tokens are real article tokens (sum of enc_len: padding is not counted), as OpenNMT-py
+counts them. FLOPs are counted analytically on real tokens too (`step_flops`): forward =
+2*m*n*k of every dense/LSTM/attention product for the tokens of each example (its article
+length, its summary length), training = 3x forward (backward costs two forward passes); the
+padded-shape count is printed beside it. Compare with benchmarks/matmul_peak.py.
+
+Every step waits for its result (as pgn_tf.loop does, which reads the loss each step), so the
+per-step times are exact: the median and the fastest are printed beside the mean, because
+these machines are shared and the mean moves with other load; the process CPU time per step is
+printed too. `--profile DIR` traces 5 steps after the timed ones with tf.profiler
+(TensorBoard's profile tab) and prints the ops that took the most time.
 """
 
 from __future__ import annotations
@@ -31,28 +38,135 @@ from pgn_tf.model_dir import ModelDir  # noqa: E402
 from pgn_tf.trainer import Trainer  # noqa: E402
 
 
-def forward_flops(m: config_lib.ModelConfig, vocab: int, batch: int, src: int, tgt: int) -> float:
+def forward_flops(m: config_lib.ModelConfig, vocab: int, src_tokens: float, tgt_tokens: float,
+                  tgt_x_src: float, batch: int) -> float:
     """Matmul FLOPs of one teacher-forced forward pass of the See et al. model.
 
-    batch B, src = padded article length L, tgt = decoder steps T."""
+    src_tokens: article tokens in the batch (sum of L_i); tgt_tokens: decoder steps (sum of
+    T_i); tgt_x_src: sum of T_i * L_i (attention work: every step scores the whole article);
+    batch: examples. Real lengths count real work; B * L_max etc. count the padded shapes."""
     H, E = m.hidden_dim, m.emb_dim
-    enc = 2 * (2 * (E + H) * 4 * H) * batch * src  # BiLSTM: 2 directions, 4 gates
-    enc += 2 * (2 * H) * (2 * H) * batch * src  # W_h h_i, once per article
-    enc += 2 * 2 * (2 * H * H) * batch  # state reduction (h and c)
-    per_step = (
-        2 * (E + 2 * H) * E  # input feeding projection
+    He = m.enc_hidden_dim or H  # units per encoder direction
+    D = 2 * He  # encoder outputs, context, attention score space
+    per_src = 2 * (2 * (E + He) * 4 * He)  # BiLSTM: 2 directions, 4 gates
+    per_src += 2 * D * D  # W_h h_i, once per article
+    per_batch = 2 * 2 * (D * H)  # state reduction (h and c)
+    per_tgt = (
+        2 * (E + D) * E  # input feeding projection
         + 2 * (E + H) * 4 * H  # decoder LSTM
-        + 2 * (2 * H) * (2 * H)  # W_s s_t
-        + 2 * (2 * H) * src  # v^T tanh(.) over the article
-        + 2 * src * (2 * H)  # context vector
-        + 2 * (3 * H) * H  # output projection [h; h*]
+        + 2 * (2 * H) * D  # W_s s_t
+        + 2 * (H + D) * H  # output projection [h; h*]
         + 2 * H * vocab  # vocabulary projection
     )
+    per_tgt_src = 2 * D + 2 * D  # v^T tanh(.) score and context vector, per article token
     if m.pointer_gen:
-        per_step += 2 * (4 * H + E) + 2 * src  # p_gen, copy mass of the target word
+        per_tgt += 2 * (D + 2 * H + E)  # p_gen
+        per_tgt_src += 2  # copy mass of the target word
     if m.coverage:
-        per_step += 2 * (2 * H) * src  # w_c c_i in every score
-    return enc + per_step * batch * tgt
+        per_tgt_src += 2 * D  # w_c c_i in every score
+    return per_src * src_tokens + per_batch * batch + per_tgt * tgt_tokens + per_tgt_src * tgt_x_src
+
+
+def batch_flops(cfg: config_lib.Config, vocab: int, batch: dict) -> tuple[float, float]:
+    """(training FLOPs on real tokens, on the padded shapes) of one batch."""
+    enc = np.concatenate([np.asarray(x) for x in _local(batch["enc_len"])]).astype(float)
+    dec = np.concatenate([np.asarray(x) for x in _local(batch["dec_len"])]).astype(float)
+    b = len(enc)
+    length = max(int(x.shape[1]) for x in _local(batch["enc_ids"]))
+    steps = max(int(x.shape[1]) for x in _local(batch["dec_input"]))
+    real = forward_flops(cfg.model, vocab, enc.sum(), dec.sum(), float(enc @ dec), b)
+    padded = forward_flops(cfg.model, vocab, b * length, b * steps, b * steps * length, b)
+    return 3 * real, 3 * padded
+
+
+def _local(value) -> list:
+    """The per-replica parts of a (possibly distributed) batch value."""
+    return list(getattr(value, "values", (value,)))
+
+
+def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
+    """(op type, % of op time) of the profiled steps, from the trace's XPlane (host ops)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    totals: dict[str, float] = {}
+    for root, _, files in os.walk(logdir):
+        for fn in files:
+            if not fn.endswith(".xplane.pb"):
+                continue
+            space = xplane_pb2.XSpace()
+            with open(os.path.join(root, fn), "rb") as f:
+                space.ParseFromString(f.read())
+            for plane in space.planes:
+                names = {k: v.name for k, v in plane.event_metadata.items()}
+                for line in plane.lines:
+                    if "tf_op" not in line.name.lower() and "TF Ops" not in line.name:
+                        continue
+                    for ev in line.events:
+                        name = names.get(ev.metadata_id, "?")
+                        op = name.split(":")[-1] if ":" in name else name
+                        totals[op] = totals.get(op, 0.0) + ev.duration_ps / 1e12
+    total = sum(totals.values()) or 1.0
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
+    return [(op, round(100 * t / total, 1)) for op, t in ranked]
+
+
+def measure(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
+            strategy: tf.distribute.Strategy | None = None, profile: str | None = None,
+            work_dir: str | None = None) -> dict:
+    """Trains `warmup` + `steps` steps of a fresh model on files; the figures of the timed
+    steps (module docstring)."""
+    strategy = strategy or tf.distribute.get_strategy()
+    work = work_dir or tempfile.mkdtemp(prefix="train_bench-")
+    vocab = dataset.build_vocab(files, cfg.data)
+    trainer = Trainer(cfg, ModelDir(work), vocab, files, None, strategy)
+    it = iter(trainer.train_ds)
+    t0 = time.perf_counter()
+    for _ in range(warmup):
+        trainer.train_step(next(it))["loss"].numpy()
+    warmup_s = time.perf_counter() - t0
+    flops = padded_flops = src_tokens = 0.0
+    examples, times = 0, []
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(steps):
+        s0 = time.perf_counter()
+        batch = next(it)
+        report = trainer.train_step(batch)
+        report["loss"].numpy()
+        times.append(time.perf_counter() - s0)
+        real, padded = batch_flops(cfg, vocab.size, batch)
+        flops, padded_flops = flops + real, padded_flops + padded
+        src_tokens += float(report["src_tokens"])
+        examples += sum(int(x.shape[0]) for x in _local(batch["enc_len"]))
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    result = {
+        "replicas": strategy.num_replicas_in_sync, "batch_size": cfg.train.batch_size,
+        "vocab": vocab.size, "hidden_dim": cfg.model.hidden_dim,
+        "enc_hidden_dim": cfg.model.enc_hidden_dim or cfg.model.hidden_dim,
+        "emb_dim": cfg.model.emb_dim, "pointer_gen": cfg.model.pointer_gen,
+        "coverage": cfg.model.coverage, "precision": trainer.precision,
+        "jit_compile": cfg.train.jit_compile, "steps": steps, "warmup_steps": warmup,
+        "warmup_seconds": round(warmup_s, 1), "seconds": round(seconds, 2),
+        "sec_per_step": round(seconds / steps, 4),
+        "median_sec_per_step": round(float(np.median(times)), 4),
+        "min_sec_per_step": round(float(np.min(times)), 4),
+        "cpu_sec_per_step": round(cpu / steps, 4),
+        "src_tokens_per_sec": round(src_tokens / seconds, 1),
+        "examples_per_sec": round(examples / seconds, 1),
+        "src_tokens_per_step": round(src_tokens / steps, 1),
+        "gflop_per_step_real_tokens": round(flops / steps / 1e9, 3),
+        "gflop_per_step_padded": round(padded_flops / steps / 1e9, 3),
+        "achieved_gflops_real_tokens": round(flops / seconds / 1e9, 2),
+        "params": int(sum(np.prod(v.shape) for v in trainer.model.trainable_variables)),
+        "threads": [tf.config.threading.get_intra_op_parallelism_threads(),
+                    tf.config.threading.get_inter_op_parallelism_threads()],
+    }
+    if profile:
+        tf.profiler.experimental.start(profile)
+        for _ in range(5):
+            trainer.train_step(next(it))["loss"].numpy()
+        tf.profiler.experimental.stop()
+        result["top_ops_pct"] = top_ops(profile)
+    return result
 
 
 def main() -> None:
@@ -63,6 +177,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--cpu_devices", type=int, default=1)
+    p.add_argument("--profile", metavar="DIR", help="tf.profiler trace of 5 more steps")
     a = p.parse_args()
     if a.cpu_devices > 1:
         train.set_cpu_devices(a.cpu_devices)
@@ -74,41 +189,8 @@ def main() -> None:
     else:
         files = synthetic.write_corpus(os.path.join(work, "syn"), seed=0)["train"]
         files = sorted(tf.io.gfile.glob(files))
-    vocab = dataset.build_vocab(files, cfg.data)
-    trainer = Trainer(cfg, ModelDir(work), vocab, files, None, strategy)
-    it = iter(trainer.train_ds)
-
-    def shapes(batch):
-        local = trainer.strategy.experimental_local_results(batch["enc_ids"])
-        dec = trainer.strategy.experimental_local_results(batch["dec_input"])
-        return sum(int(x.shape[0]) for x in local), int(local[0].shape[1]), int(dec[0].shape[1])
-
-    for _ in range(a.warmup):
-        trainer.train_step(next(it))["loss"].numpy()
-    flops, src_tokens, examples = 0.0, 0.0, 0
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        batch = next(it)
-        report = trainer.train_step(batch)
-        b, length, steps = shapes(batch)
-        flops += 3 * forward_flops(cfg.model, vocab.size, b, length, steps)
-        src_tokens += float(report["src_tokens"])
-        examples += b
-    report["loss"].numpy()
-    seconds = time.perf_counter() - t0
-    emit("train_throughput", {
-        "config": a.config, "overrides": a.set, "replicas": trainer.strategy.num_replicas_in_sync,
-        "batch_size": cfg.train.batch_size, "vocab": vocab.size,
-        "hidden_dim": cfg.model.hidden_dim, "emb_dim": cfg.model.emb_dim,
-        "pointer_gen": cfg.model.pointer_gen, "coverage": cfg.model.coverage,
-        "steps": a.steps, "seconds": round(seconds, 2),
-        "steps_per_sec": round(a.steps / seconds, 3), "sec_per_step": round(seconds / a.steps, 4),
-        "src_tokens_per_sec": round(src_tokens / seconds, 1),
-        "examples_per_sec": round(examples / seconds, 1),
-        "gflop_per_step": round(flops / a.steps / 1e9, 3),
-        "achieved_gflops": round(flops / seconds / 1e9, 2),
-        "params": int(np.sum([np.prod(v.shape) for v in trainer.model.trainable_variables])),
-    })
+    result = measure(cfg, files, a.steps, a.warmup, strategy, a.profile, work)
+    emit("train_throughput", {"config": a.config, "overrides": a.set, **result})
 
 
 if __name__ == "__main__":

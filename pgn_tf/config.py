@@ -69,13 +69,22 @@ class DataConfig:
     lowercase: bool = True
     replace_digits: bool = False  # Rush et al.: every digit becomes '#'
     shuffle_buffer: PositiveInt = 10_000
-    bucket_by_length: bool = True
+    bucket_by_length: bool = True  # training batches from 4 buckets of article length
+    # Training buckets by summary length too (a quarter, half, all of max_dec_steps: 12 buckets
+    # in all): the decoder loop runs over the longest summary of its batch.
+    bucket_by_summary_length: bool = False
+    # Training: read and tokenize each record once; later epochs replay the first one's
+    # examples from memory (tf.data cache: the whole training set's tokens and raw text).
+    cache_tokens: bool = False
 
 
 @dataclasses.dataclass
 class ModelConfig:
     model_type: Literal["pointer_generator", "deep_reinforced", "abs"] = "pointer_generator"
-    hidden_dim: PositiveInt = 256
+    hidden_dim: PositiveInt = 256  # H: the decoder LSTM (and each encoder direction, unless below)
+    # Units per encoder direction of model_type pointer_generator (OpenNMT-py's brnn: 2 x 128
+    # under a 256 decoder); 0 = hidden_dim, See et al.'s sizes.
+    enc_hidden_dim: NonNegativeInt = 0
     emb_dim: PositiveInt = 128
     pointer_gen: bool = True
     coverage: bool = False
@@ -150,9 +159,15 @@ class TrainConfig:
     max_nonfinite_steps: PositiveInt = 20
     seed: int = 1234
     # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
-    # variables and float32 losses (bf16 needs no loss scaling). README "Performance" has the
-    # figures that decided the default.
-    mixed_precision: Literal["", "mixed_bfloat16"] = ""
+    # variables and float32 losses (bf16 needs no loss scaling). "auto" is mixed_bfloat16 where
+    # the device multiplies bf16 natively (pgn_tf.hardware), float32 elsewhere; its cost in
+    # quality is unmeasured. README "Performance" has the figures that decided the default.
+    mixed_precision: Literal["", "auto", "mixed_bfloat16"] = ""
+    # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
+    # shape: training batches are then padded to their length bucket's bounds (a few shapes).
+    # One replica, objective "ml" and the pointer_generator model only (the rewards of "mixed"
+    # and "rl" run a kernel XLA lacks; the other models are not tested under XLA).
+    jit_compile: bool = False
 
 
 @dataclasses.dataclass
@@ -216,6 +231,17 @@ class Config:
                                  f"{_hints(Config)[section.name].__name__}, got {value!r}")
             for key, hint in _hints(type(value)).items():
                 _checked(f"{section.name}.{key}", hint, getattr(value, key))
+        m = self.model
+        if m.enc_hidden_dim and m.model_type != "pointer_generator":
+            raise ValueError(_bad("model.enc_hidden_dim", f"0 with model.model_type="
+                                  f"'{m.model_type}' (only pointer_generator sets it)",
+                                  m.enc_hidden_dim))
+        t = self.train
+        if t.jit_compile and (t.objective != "ml" or m.model_type != "pointer_generator"):
+            raise ValueError(_bad("train.jit_compile", "false unless train.objective='ml' and "
+                                  "model.model_type='pointer_generator' (XLA cannot compile the "
+                                  "mixed / rl reward; the other models are untested under it)",
+                                  True))
         d = self.decode
         if d.min_dec_steps > d.max_dec_steps:
             raise ValueError(_bad("decode.min_dec_steps",
@@ -377,6 +403,26 @@ def debian_abs() -> Config:
     return cfg
 
 
+def reference_onmt() -> Config:
+    """The sizes of the OpenNMT-py pointer-generator the speed comparison runs against: See et
+    al.'s pointer-generator + coverage (lambda = 1) with a bidirectional LSTM encoder of 2 x 128
+    units (OpenNMT-py's brnn splits its 256 over the directions), a 256 decoder, 128-wide
+    embeddings (one table, as See et al.), a 20k vocab, batch 32, articles cut to 100 tokens and
+    summaries to 30, Adagrad 0.15 (accumulator 0.1, global-norm clip 2); decoding with beam 4,
+    batch 64, at most 30 tokens and no minimum. 8,867,873 parameters
+    (tests/models/test_pointer_generator.py)."""
+    cfg = see2017_coverage()
+    cfg.data.vocab_size = 20_000
+    cfg.data.max_enc_steps = 100
+    cfg.data.max_dec_steps = 30
+    cfg.model.hidden_dim = 256
+    cfg.model.enc_hidden_dim = 128
+    cfg.model.emb_dim = 128
+    cfg.train.batch_size = 32
+    cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=0, max_dec_steps=30, batch_size=64)
+    return cfg
+
+
 def tiny() -> Config:
     """The quickstart's model: trains on the synthetic corpus in a couple of minutes on 2 CPUs."""
     cfg = Config()
@@ -407,6 +453,7 @@ PRESETS = {
     "debian_coverage": debian_coverage,
     "debian_paulus": debian_paulus,
     "debian_abs": debian_abs,
+    "reference_onmt": reference_onmt,
     "tiny": tiny,
 }
 

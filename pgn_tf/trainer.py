@@ -16,8 +16,8 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
+from pgn_tf import hardware, objectives
 from pgn_tf import model_dir as model_dir_lib
-from pgn_tf import objectives
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
 from pgn_tf.errors import UserError
@@ -89,11 +89,16 @@ class Trainer:
             raise UserError(f"train.batch_size={tcfg.batch_size} is not divisible by {n} replicas")
         self.global_batch = tcfg.batch_size
         self.objective = objectives.build(cfg)
+        if tcfg.jit_compile and n > 1:
+            # XLA cannot read a mirrored variable from another replica's device.
+            raise UserError(f"train.jit_compile compiles a one-replica step; this strategy has "
+                            f"{n} replicas (train on one device, or leave jit_compile off)")
+        self.precision = hardware.mixed_precision_policy(tcfg.mixed_precision)  # the Keras policy
         with strategy.scope():
             keras.utils.set_random_seed(tcfg.seed)
             # Layers take the policy when built; restore it after, so nothing else inherits it.
             previous = keras.mixed_precision.global_policy()
-            keras.mixed_precision.set_global_policy(tcfg.mixed_precision or "float32")
+            keras.mixed_precision.set_global_policy(self.precision)
             try:
                 self.model = build_model(cfg.model, vocab.size)
             finally:
@@ -150,7 +155,8 @@ class Trainer:
         tcfg, n = self.cfg.train, self.strategy.num_replicas_in_sync
         ds = dataset.make_dataset(
             self.train_files, self.vocab, self.cfg.data, tcfg.batch_size,
-            self.cfg.model.pointer_gen, True, seed=tcfg.seed).map(dataset.model_features)
+            self.cfg.model.pointer_gen, True, seed=tcfg.seed,
+            fixed_shapes=tcfg.jit_compile).map(dataset.model_features)
         if self.num_workers > 1:
             ds = dataset.shard_by_data(ds)
         # Resuming continues the data order: the pipeline is deterministic for a seed, so the
@@ -227,10 +233,12 @@ class Trainer:
             out["reward"] = tf.reduce_sum(self.objective.greedy_reward(self.model, batch))
         return out
 
-    def _compile(self, fn, element_spec):
+    def _compile(self, fn, element_spec, jit_compile: bool = False):
+        """fn as a tf.function over batches of element_spec, run per replica and summed; with
+        jit_compile (one replica only, see __init__) XLA compiles it once per batch shape."""
         strategy = self.strategy
         if strategy.num_replicas_in_sync == 1:
-            return tf.function(fn, input_signature=[element_spec])
+            return tf.function(fn, input_signature=[element_spec], jit_compile=jit_compile)
 
         def step(b):
             per_replica = strategy.run(fn, args=(b,))
@@ -240,7 +248,8 @@ class Trainer:
 
     def train_step(self, batch) -> dict:
         if self._train_step is None:
-            self._train_step = self._compile(self._step_fn, self.train_ds.element_spec)
+            self._train_step = self._compile(self._step_fn, self.train_ds.element_spec,
+                                             self.cfg.train.jit_compile)
         return self._train_step(batch)
 
     # -- validation and the best checkpoint ---------------------------------------------------

@@ -77,7 +77,7 @@ CHOICES = {"model.model_type": ("pointer_generator", "deep_reinforced", "abs"),
            "model.abs_encoder": ("bow", "conv", "attention"),
            "train.optimizer": ("adagrad", "adam", "sgd"),
            "train.objective": ("ml", "mixed", "rl"),
-           "train.mixed_precision": ("", "mixed_bfloat16")}
+           "train.mixed_precision": ("", "auto", "mixed_bfloat16")}
 
 
 @pytest.mark.parametrize("key", sorted(CHOICES))
@@ -105,6 +105,7 @@ def test_literal_fields_take_their_choices_and_reject_others(key):
     ("train.max_minutes=-1", ">= 0"),
     ("data.max_enc_steps=1.5", "an integer"),
     ("train.max_steps=ten", "an integer"),
+    ("model.enc_hidden_dim=-1", ">= 0"),
     ("train.learning_rate=fast", "a number"),
 ])
 def test_set_rejects_out_of_range_or_mistyped_values(override, expected):
@@ -112,6 +113,17 @@ def test_set_rejects_out_of_range_or_mistyped_values(override, expected):
     with pytest.raises(ValueError, match=f"^bad value for '{key}': expected ") as e:
         config.resolve("see2017_pgn", [override])
     assert expected in str(e.value)
+
+
+def test_a_model_dir_config_from_before_the_speed_fields_loads(tmp_path):
+    """config.json files written before enc_hidden_dim, jit_compile, bucket_by_summary_length
+    and cache_tokens existed take their defaults: the same model and behaviour."""
+    cfg = config.tiny().to_dict()
+    for section, key in (("model", "enc_hidden_dim"), ("train", "jit_compile"),
+                         ("data", "bucket_by_summary_length"), ("data", "cache_tokens")):
+        del cfg[section][key]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert config.load_from_model_dir(str(tmp_path)) == config.tiny()
 
 
 def test_validate_checks_fields_set_in_code_and_cross_field_rules():
@@ -136,6 +148,38 @@ def test_validate_checks_fields_set_in_code_and_cross_field_rules():
     cfg.decode.min_dec_steps = cfg.decode.max_dec_steps
     cfg.train.learning_rate = 1
     assert cfg.validate() is cfg
+
+
+def test_reference_onmt_holds_the_reference_sizes():
+    cfg = config.resolve("reference_onmt")
+    m, d = cfg.model, cfg.data
+    assert (m.enc_hidden_dim, m.hidden_dim, m.emb_dim) == (128, 256, 128)
+    assert (d.vocab_size, d.max_enc_steps, d.max_dec_steps) == (20_000, 100, 30)
+    assert m.pointer_gen and m.coverage and cfg.train.batch_size == 32
+    assert (cfg.decode.beam_size, cfg.decode.batch_size, cfg.decode.min_dec_steps,
+            cfg.decode.max_dec_steps) == (4, 64, 0, 30)
+
+
+def test_speed_switches_are_off_by_default():
+    """Opt-in until measured: float32, no XLA, article-length buckets only, no token cache."""
+    cfg = config.Config()
+    assert (cfg.train.mixed_precision, cfg.train.jit_compile) == ("", False)
+    assert (cfg.data.bucket_by_summary_length, cfg.data.cache_tokens) == (False, False)
+    assert cfg.model.enc_hidden_dim == 0
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model.model_type=abs", "model.enc_hidden_dim=64"], "'model.enc_hidden_dim': expected 0 "
+     "with model.model_type='abs'"),
+    (["train.jit_compile=true", "train.objective=mixed"], "'train.jit_compile': expected false "
+     "unless train.objective='ml'"),
+    (["train.jit_compile=true", "model.model_type=deep_reinforced"], "'train.jit_compile'"),
+])
+def test_speed_fields_are_checked_against_the_model_and_objective(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        config.resolve("tiny", overrides)
+    cfg = config.resolve("tiny", ["train.jit_compile=true", "model.enc_hidden_dim=8"])
+    assert cfg.train.jit_compile and cfg.model.enc_hidden_dim == 8
 
 
 def test_files_and_model_dirs_are_validated(tmp_path):

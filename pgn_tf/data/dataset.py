@@ -212,9 +212,16 @@ def make_dataset(
     training: bool,
     seed: int | None = None,
     drop_empty: bool | None = None,
+    fixed_shapes: bool = False,
 ) -> tf.data.Dataset:
     """Batches of features (module docstring). Training: shuffled, repeated forever, bucketed by
-    article length; evaluation: one pass in file order, every example kept.
+    length (`bucket_batch`); evaluation: one pass in file order, every example kept.
+    fixed_shapes pads each batch to its bucket's bounds instead of its longest member (a few
+    shapes, for XLA).
+
+    With data.cache_tokens, training reads and tokenizes the files once, in a shuffled file
+    order, and later epochs replay those tokens from memory; without it (the default) every
+    epoch reads and tokenizes the records again.
 
     Every record is CRC-checked as it is read: a corrupt one raises an InvalidArgumentError
     that tfrecord.read_error turns into "data file F has a corrupt or truncated record at byte
@@ -222,20 +229,29 @@ def make_dataset(
     drop_empty = training if drop_empty is None else drop_empty
     if training and drop_empty:
         require_usable_example(files, cfg)
+    cache = training and cfg.cache_tokens
     # (file, size in bytes) pairs: the size tells checked_records where a good file ends.
     ds = tf.data.Dataset.from_tensor_slices((files, tfrecord.file_sizes(files)))
     if training:
-        ds = ds.shuffle(len(files), seed=seed).repeat()
+        ds = ds.shuffle(len(files), seed=seed)
+        if not cache:
+            ds = ds.repeat()
     ds = ds.interleave(
         tfrecord.checked_records,
         cycle_length=min(4, len(files)),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,  # a resumed run skips the batches consumed: the order must repeat
     )
-    if training:
+    if cache:
+        ds = ds.map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = tokenize_records(ds, cfg, drop_empty).cache().repeat()
         ds = ds.shuffle(cfg.shuffle_buffer, seed=seed)
-    ds = ds.map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return batch_records(ds, vocab, cfg, batch_size, pointer_gen, training, drop_empty)
+    else:
+        if training:
+            ds = ds.shuffle(cfg.shuffle_buffer, seed=seed)
+        ds = ds.map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = tokenize_records(ds, cfg, drop_empty)
+    return batch_tokens(ds, vocab, cfg, batch_size, pointer_gen, training, fixed_shapes)
 
 
 def usable(record: dict) -> tf.Tensor:
@@ -256,25 +272,74 @@ def require_usable_example(files: list[str], cfg: DataConfig) -> None:
                          f"whose article and summary both have a token; are the summaries empty?")
 
 
+def tokenize_records(ds: tf.data.Dataset, cfg: DataConfig, drop_empty: bool) -> tf.data.Dataset:
+    """Records {article, summary, id} (scalar strings) -> the same plus enc_tokens [<= L] and
+    dec_tokens [<= T] (string), without the unusable examples when drop_empty."""
+    ds = ds.map(tokenize_fn(cfg), num_parallel_calls=tf.data.AUTOTUNE)
+    return ds.filter(usable) if drop_empty else ds
+
+
 def batch_records(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, batch_size: int,
                   pointer_gen: bool, training: bool, drop_empty: bool) -> tf.data.Dataset:
     """Records {article, summary, id} (scalar strings) -> batches of features."""
-    ds = ds.map(tokenize_fn(cfg), num_parallel_calls=tf.data.AUTOTUNE)
-    if drop_empty:
-        ds = ds.filter(usable)
+    return batch_tokens(tokenize_records(ds, cfg, drop_empty), vocab, cfg, batch_size,
+                        pointer_gen, training)
+
+
+def length_buckets(cfg: DataConfig) -> tuple[list[int], list[int]]:
+    """Upper bounds (inclusive) of the training buckets: the article-token buckets are quarters
+    of max_enc_steps; the summary-token buckets a quarter, half and all of max_dec_steps with
+    data.bucket_by_summary_length, else one bucket of all."""
+    enc, dec = cfg.max_enc_steps, cfg.max_dec_steps
+    enc_bounds = sorted({max(1, enc * k // 4) for k in (1, 2, 3, 4)})
+    dec_bounds = [dec]
+    if cfg.bucket_by_summary_length:
+        dec_bounds = sorted({max(1, dec // 4), max(1, dec // 2), dec})
+    return enc_bounds, dec_bounds
+
+
+def bucket_batch(ds: tf.data.Dataset, cfg: DataConfig, batch_size: int, padded_shapes: dict,
+                 padding_values: dict, fixed_shapes: bool) -> tf.data.Dataset:
+    """Full batches of examples from the same (article length, summary length) bucket
+    (`length_buckets`), padded to their longest member, or with fixed_shapes to the bucket's
+    bounds. Tokenized examples in, padded token batches out; an example is in exactly one
+    bucket, and a bucket's last examples short of a batch are dropped (training repeats).
+
+    Both lengths matter: the encoder loop runs over the padded article, the decoder loop over
+    the padded summary, at every position of the batch. With article buckets only, the batches
+    are those of tf.data's bucket_by_sequence_length at the same bounds."""
+    enc_bounds, dec_bounds = length_buckets(cfg)
+    enc_b = tf.constant(enc_bounds, tf.int64)
+    dec_b = tf.constant(dec_bounds, tf.int64)
+    n_dec = len(dec_bounds)
+
+    def key(d):  # int64 []: article bucket * n_dec + summary bucket
+        e = tf.reduce_sum(tf.cast(tf.size(d["enc_tokens"], tf.int64) > enc_b[:-1], tf.int64))
+        t = tf.reduce_sum(tf.cast(tf.size(d["dec_tokens"], tf.int64) > dec_b[:-1], tf.int64))
+        return e * n_dec + t
+
+    def reduce(k, window):
+        shapes = padded_shapes
+        if fixed_shapes:
+            shapes = dict(padded_shapes, enc_tokens=enc_b[k // n_dec][None],
+                          dec_tokens=dec_b[k % n_dec][None])
+        return window.padded_batch(batch_size, padded_shapes=shapes,
+                                   padding_values=padding_values, drop_remainder=True)
+
+    return ds.group_by_window(key, reduce, window_size=batch_size)
+
+
+def batch_tokens(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, batch_size: int,
+                 pointer_gen: bool, training: bool, fixed_shapes: bool = False
+                 ) -> tf.data.Dataset:
+    """Tokenized records (`tokenize_records`) -> batches of features (module docstring)."""
     pad = {"enc_tokens": [None], "dec_tokens": [None], "article": [], "summary": [], "id": []}
     pad_values = {k: "" for k in pad}
     if training and cfg.bucket_by_length and cfg.max_enc_steps >= 8:
-        bounds = [cfg.max_enc_steps // 4, cfg.max_enc_steps // 2, 3 * cfg.max_enc_steps // 4]
-        ds = ds.bucket_by_sequence_length(
-            lambda d: tf.size(d["enc_tokens"]),
-            bucket_boundaries=[b + 1 for b in bounds],
-            bucket_batch_sizes=[batch_size] * (len(bounds) + 1),
-            padded_shapes=pad,
-            padding_values=pad_values,
-            drop_remainder=True,
-        )
+        ds = bucket_batch(ds, cfg, batch_size, pad, pad_values, fixed_shapes)
     else:
+        if fixed_shapes:
+            pad.update(enc_tokens=[cfg.max_enc_steps], dec_tokens=[cfg.max_dec_steps])
         ds = ds.padded_batch(
             batch_size, padded_shapes=pad, padding_values=pad_values, drop_remainder=training
         )

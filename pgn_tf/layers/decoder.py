@@ -8,6 +8,11 @@ Per step t, with previous context h*_{t-1} fed back in (input feeding, See et al
     p_gen    = sigmoid(w [h*_t; c_t; h_t; x_t] + b_ptr)          eq. 8
     c^{t+1}  = c^t + a^t                                         eq. 10
 The vocabulary layer (second linear of eq. 4) is applied by the model, to all steps at once.
+
+Teacher forcing runs only what feeds the recurrence inside the loop (`step`): the embedding
+half of x_t, W_x[:E] emb(y_{t-1}) + b, is computed for all steps before it (`embed_inputs`),
+and o_t and p_gen after it, over all steps at once (`outputs`). `call` is one whole step, for
+the search.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ from pgn_tf.layers.pointer import PointerSwitch
 
 
 class AttentionDecoderCell(keras.layers.Layer):
-    """Args: hidden_dim H, emb_dim E, pointer_gen, coverage, init_mag.
+    """Args: hidden_dim H (the decoder LSTM), emb_dim E, pointer_gen, coverage, init_mag,
+    enc_dim D: the width of the encoder outputs and of the context h*_t (2 x the encoder's
+    units per direction; default 2H, See et al.'s sizes). The attention's score space is D.
 
     State (a dict, reordered as one unit by the beam search):
-      h, c: float32 [batch, H]; context: float32 [batch, 2H]; coverage: float32 [batch, src_len].
+      h, c: float32 [batch, H]; context: float32 [batch, D]; coverage: float32 [batch, src_len].
     Call args:
-      x_emb: float32 [batch, E]; state; enc: dict(features [B, L, 2H], outputs [B, L, 2H],
+      x_emb: float32 [batch, E]; state; enc: dict(features [B, L, D], outputs [B, L, D],
       mask bool [B, L]).
     Returns:
       output o_t float32 [batch, H]; new state; extras dict(attn [B, L], p_gen_logit [B],
@@ -42,6 +49,7 @@ class AttentionDecoderCell(keras.layers.Layer):
         pointer_gen: bool = True,
         coverage: bool = False,
         init_mag: float = 0.02,
+        enc_dim: int | None = None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -50,44 +58,67 @@ class AttentionDecoderCell(keras.layers.Layer):
         self.pointer_gen = pointer_gen
         self.coverage = coverage
         self.init_mag = init_mag
+        self.enc_dim = enc_dim or 2 * hidden_dim
         init = keras.initializers.RandomUniform(-init_mag, init_mag, seed=2)
         self.input_proj = keras.layers.Dense(emb_dim, name="input_proj")
         self.lstm = keras.layers.LSTMCell(
             hidden_dim, kernel_initializer=init, recurrent_initializer=init, name="lstm"
         )
-        self.attention = BahdanauAttention(2 * hidden_dim, use_coverage=coverage, name="attention")
+        self.attention = BahdanauAttention(self.enc_dim, use_coverage=coverage, name="attention")
         self.output_proj = keras.layers.Dense(hidden_dim, name="output_proj")
         self.switch = PointerSwitch(name="pointer") if pointer_gen else None
 
     def build(self, input_shape=None):
-        h, e = self.hidden_dim, self.emb_dim
-        self.input_proj.build((None, e + 2 * h))
+        h, e, d = self.hidden_dim, self.emb_dim, self.enc_dim
+        self.input_proj.build((None, e + d))
         self.lstm.build((None, e))
-        self.attention.build((None, None, 2 * h), 2 * h)
-        self.output_proj.build((None, 3 * h))
+        self.attention.build((None, None, d), 2 * h)
+        self.output_proj.build((None, h + d))
         if self.switch is not None:
-            self.switch.build(2 * h + h + h + e)
+            self.switch.build(d + h + h + e)
         self.built = True
 
-    def call(self, x_emb, state, enc):
-        x = self.input_proj(tf.concat([x_emb, state["context"]], axis=-1))
-        h, (h, c) = self.lstm(x, [state["h"], state["c"]])
+    def embed_inputs(self, x_emb):
+        """The embedding half of x_t: W_x[:E] emb + b, float [..., E] for emb [..., E]."""
+        kernel = tf.cast(self.input_proj.kernel, self.compute_dtype)[: self.emb_dim]
+        bias = tf.cast(self.input_proj.bias, self.compute_dtype)
+        return tf.tensordot(x_emb, kernel, 1) + bias
+
+    def context_kernel(self):
+        """The context half of W_x, float [D, E] (read once outside a loop over steps)."""
+        return tf.cast(self.input_proj.kernel, self.compute_dtype)[self.emb_dim:]
+
+    def step(self, x_part, state, enc, context_kernel=None):
+        """The recurrence alone. x_part: float [B, E] = embed_inputs(emb(y_{t-1}));
+        context_kernel: context_kernel(), if already read.
+        Returns the new state and dict(x [B, E], attn [B, L], coverage [B, L] = c^t)."""
+        if context_kernel is None:
+            context_kernel = self.context_kernel()
+        x = x_part + tf.matmul(state["context"], context_kernel)  # W_x [emb; h*_{t-1}] + b
+        _, (h, c) = self.lstm(x, [state["h"], state["c"]])
         cov = state["coverage"] if self.coverage else None
         context, attn = self.attention(
             enc["features"], enc["outputs"], enc["mask"], tf.concat([c, h], -1), cov
         )
+        new_state = {"h": h, "c": c, "context": context, "coverage": state["coverage"] + attn}
+        return new_state, {"x": x, "attn": attn, "coverage": state["coverage"]}
+
+    def outputs(self, h, c, context, x):
+        """o_t float [..., H] and the p_gen logit [...] (eq. 4's first layer, eq. 8) from one
+        step's (or all steps') h, c [..., H], context [..., D] and x [..., E]."""
         output = self.output_proj(tf.concat([h, context], axis=-1))
         if self.switch is not None:
-            p_gen_logit = self.switch([context, c, h, x])[:, 0]
+            p_gen_logit = self.switch([context, c, h, x])[..., 0]
         else:
-            p_gen_logit = tf.fill(tf.shape(h)[:1], tf.constant(30.0, h.dtype))  # p_gen = 1
-        new_state = {
-            "h": h,
-            "c": c,
-            "context": context,
-            "coverage": state["coverage"] + attn,
-        }
-        extras = {"attn": attn, "p_gen_logit": p_gen_logit, "coverage": state["coverage"]}
+            p_gen_logit = tf.fill(tf.shape(h)[:-1], tf.constant(30.0, h.dtype))  # p_gen = 1
+        return output, p_gen_logit
+
+    def call(self, x_emb, state, enc):
+        new_state, extras = self.step(self.embed_inputs(x_emb), state, enc)
+        output, p_gen_logit = self.outputs(new_state["h"], new_state["c"],
+                                           new_state["context"], extras["x"])
+        extras = {"attn": extras["attn"], "p_gen_logit": p_gen_logit,
+                  "coverage": extras["coverage"]}
         return output, new_state, extras
 
     def get_config(self):
@@ -98,5 +129,6 @@ class AttentionDecoderCell(keras.layers.Layer):
             pointer_gen=self.pointer_gen,
             coverage=self.coverage,
             init_mag=self.init_mag,
+            enc_dim=self.enc_dim,
         )
         return config

@@ -5,22 +5,37 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+IMPLEMENTATIONS = ("loop", "keras")
+
 
 class BiLSTMEncoder(keras.layers.Layer):
     """Bidirectional LSTM over the article; its final forward/backward states are reduced to the
     decoder's initial state by ReLU layers (See et al.'s code, `_reduce_states`).
 
+    The weights are those of a `keras.layers.Bidirectional(LSTM)` (so checkpoints keep their
+    variable names and shapes), and the recurrence runs one of two ways, numerically the same
+    LSTM (tests/layers/test_encoder.py):
+      "loop" (fused): both directions in one `tf.while_loop` over [2, B, H] states, the input
+        projections of both computed before it in one batched matmul, the backward direction
+        fed its article reversed by length (`tf.reverse_sequence`), so no step masks anything;
+        XLA-compilable. Steps past an article's length run on padding: their outputs are
+        zeroed and the final states are read at step length - 1 (zero for an empty article,
+        as the masked Keras layer gives).
+      "keras": the Keras layer itself (a masked while loop per direction; cuDNN on a GPU).
+
     Args:
-      hidden_dim: H, the LSTM size of each direction and of the decoder.
+      hidden_dim: the LSTM size of each direction.
       init_mag: uniform initializer magnitude (See et al.: 0.02).
-      reduce_states: True (See et al.): h, c are ReLU-reduced to H; False (Paulus et al.:
-        h_0^d = h_n^e): h, c are the concatenated final states, 2H.
+      reduce_states: True (See et al.): h, c are ReLU-reduced to state_dim; False (Paulus et
+        al.: h_0^d = h_n^e): h, c are the concatenated final states, 2 * hidden_dim.
+      state_dim: the decoder's size the states are reduced to (default hidden_dim).
+      implementation: "loop" or "keras" (above).
 
     Call args:
-      emb: float32 [batch, src_len, emb_dim]; mask: bool [batch, src_len].
+      emb: float [batch, src_len, emb_dim]; mask: bool [batch, src_len] (a prefix of each row).
     Returns:
-      outputs: float32 [batch, src_len, 2H] (zeros at padding); h, c: float32 [batch, H]
-      (or [batch, 2H] without reduce_states).
+      outputs: float [batch, src_len, 2 * hidden_dim] (zeros at padding); h, c: float
+      [batch, state_dim] (or [batch, 2 * hidden_dim] without reduce_states).
 
     Example:
       >>> enc = BiLSTMEncoder(4)
@@ -28,11 +43,16 @@ class BiLSTMEncoder(keras.layers.Layer):
     """
 
     def __init__(self, hidden_dim: int, init_mag: float = 0.02, reduce_states: bool = True,
-                 **kwargs):
+                 state_dim: int | None = None, implementation: str = "loop", **kwargs):
         super().__init__(**kwargs)
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"unknown encoder implementation '{implementation}' "
+                             f"({', '.join(IMPLEMENTATIONS)})")
         self.hidden_dim = hidden_dim
         self.init_mag = init_mag
         self.reduce_states = reduce_states
+        self.state_dim = state_dim or hidden_dim
+        self.implementation = implementation
         init = keras.initializers.RandomUniform(-init_mag, init_mag, seed=1)
         self.bilstm = keras.layers.Bidirectional(
             keras.layers.LSTM(
@@ -45,8 +65,8 @@ class BiLSTMEncoder(keras.layers.Layer):
             name="bilstm",
         )
         if reduce_states:
-            self.reduce_c = keras.layers.Dense(hidden_dim, activation="relu", name="reduce_c")
-            self.reduce_h = keras.layers.Dense(hidden_dim, activation="relu", name="reduce_h")
+            self.reduce_c = keras.layers.Dense(self.state_dim, activation="relu", name="reduce_c")
+            self.reduce_h = keras.layers.Dense(self.state_dim, activation="relu", name="reduce_h")
 
     def build(self, input_shape):
         self.bilstm.build(input_shape)
@@ -55,16 +75,76 @@ class BiLSTMEncoder(keras.layers.Layer):
             self.reduce_h.build((None, 2 * self.hidden_dim))
 
     def call(self, emb, mask):
-        outputs, fw_h, fw_c, bw_h, bw_c = self.bilstm(emb, mask=mask)
+        if self.implementation == "keras":
+            outputs, fw_h, fw_c, bw_h, bw_c = self.bilstm(emb, mask=mask)
+            h = tf.concat([fw_h, bw_h], axis=-1)
+            c = tf.concat([fw_c, bw_c], axis=-1)
+        else:
+            outputs, h, c = self._loop(emb, tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
         outputs = outputs * tf.cast(mask, outputs.dtype)[:, :, None]
-        h = tf.concat([fw_h, bw_h], axis=-1)
-        c = tf.concat([fw_c, bw_c], axis=-1)
         if self.reduce_states:
             h, c = self.reduce_h(h), self.reduce_c(c)
         return outputs, h, c
 
+    # -- the fused recurrence ----------------------------------------------------------------
+
+    def _weights(self, dtype):
+        """(kernel [2, E, 4H], recurrent kernel [2, H, 4H], bias [2, 4H]): forward, backward;
+        Keras's gate order i, f, g, o."""
+        cells = (self.bilstm.forward_layer.cell, self.bilstm.backward_layer.cell)
+        stack = lambda name: tf.stack([tf.cast(getattr(c, name), dtype) for c in cells])  # noqa: E731
+        return stack("kernel"), stack("recurrent_kernel"), stack("bias")
+
+    @staticmethod
+    def _sequence(seq, lengths):
+        """seq: [L, 2, B, H] per-step h, time-major (forward; backward in reversed time)
+        -> [B, L, 2H] batch-major, both directions in article order."""
+        fw = tf.transpose(seq[:, 0], [1, 0, 2])  # [B, L, H]
+        bw = tf.reverse_sequence(tf.transpose(seq[:, 1], [1, 0, 2]), lengths, seq_axis=1,
+                                 batch_axis=0)
+        return tf.concat([fw, bw], axis=-1)
+
+    @staticmethod
+    def _final(seq, lengths):
+        """seq: [L, 2, B, H] -> the values at step length - 1 of both directions, [B, 2H]
+        (zero for an empty article, as the masked Keras layer gives)."""
+        b = tf.shape(lengths)[0]
+        last = tf.broadcast_to(tf.maximum(lengths - 1, 0)[:, None], [b, 2])
+        direction = tf.broadcast_to(tf.range(2)[None, :], [b, 2])
+        example = tf.broadcast_to(tf.range(b)[:, None], [b, 2])
+        final = tf.gather_nd(seq, tf.stack([last, direction, example], axis=-1))  # [B, 2, H]
+        final = tf.reshape(final, [b, 2 * seq.shape[-1]])
+        return tf.where((lengths > 0)[:, None], final, tf.zeros_like(final))
+
+    def _loop(self, emb, lengths):
+        kernel, recurrent, bias = self._weights(emb.dtype)
+        x = tf.transpose(emb, [1, 0, 2])  # [L, B, E]
+        steps, b, e = tf.shape(x)[0], tf.shape(x)[1], tf.shape(x)[2]
+        x = tf.stack([x, tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1)])
+        # Both directions' input projections before the loop, in one (batched) matmul:
+        # [2, L*B, E] x [2, E, 4H].
+        xw = tf.matmul(tf.reshape(x, [2, -1, e]), kernel) + bias[:, None, :]
+        xw = tf.transpose(tf.reshape(xw, [2, steps, b, -1]), [1, 0, 2, 3])  # [L, 2, B, 4H]
+        inputs = tf.TensorArray(emb.dtype, size=steps).unstack(xw)
+
+        def body(t, h, c, hs, cs):
+            z = inputs.read(t) + tf.matmul(h, recurrent)  # [2, B, 4H]
+            i, f, g, o = tf.split(z, 4, axis=-1)
+            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
+            h = tf.sigmoid(o) * tf.tanh(c)
+            return t + 1, h, c, hs.write(t, h), cs.write(t, c)
+
+        zeros = tf.zeros([2, b, self.hidden_dim], emb.dtype)
+        arrays = (tf.TensorArray(emb.dtype, size=steps), tf.TensorArray(emb.dtype, size=steps))
+        _, _, _, hs, cs = tf.while_loop(lambda t, *_: t < steps, body,
+                                        (tf.constant(0), zeros, zeros, *arrays),
+                                        maximum_iterations=steps)
+        hs, cs = hs.stack(), cs.stack()  # [L, 2, B, H]
+        return self._sequence(hs, lengths), self._final(hs, lengths), self._final(cs, lengths)
+
     def get_config(self):
         config = super().get_config()
         config.update(hidden_dim=self.hidden_dim, init_mag=self.init_mag,
-                      reduce_states=self.reduce_states)
+                      reduce_states=self.reduce_states, state_dim=self.state_dim,
+                      implementation=self.implementation)
         return config

@@ -6,6 +6,8 @@
 `final_distribution` builds P over the extended vocabulary with a scatter-add (decoding);
 `target_log_prob` computes log P(w*) for the reference words only, without materialising the
 [batch, time, vocab + oovs] tensor (training): the two agree (tests/layers/test_pointer.py).
+Its two halves, `vocab_log_prob` and `mix_copy`, let the vocabulary part run on the real
+(non-padding) target positions alone.
 """
 
 from __future__ import annotations
@@ -92,6 +94,47 @@ def final_distribution(
     return vocab_part + scatter_copy((1.0 - p_gen) * attn, enc_ext_ids, ext_size)
 
 
+def vocab_log_prob(logits: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+    """log P_vocab(w*) (eq. 4) of each target: float32 [...] for logits float [..., V] and
+    target int32 [...] (any leading shape, e.g. [batch, T] or the [N] real target positions):
+    the target's logit minus the log-sum-exp of the logits, _NEG where the target is an
+    extended-vocab id (>= V)."""
+    logits = tf.cast(logits, tf.float32)
+    v = tf.shape(logits)[-1]
+    rank = len(target.shape)
+    tgt_logit = tf.gather(logits, tf.minimum(target, v - 1), batch_dims=rank)
+    return tf.where(target < v, tgt_logit - tf.reduce_logsumexp(logits, axis=-1), _NEG)
+
+
+def mix_copy(
+    log_p_vocab: tf.Tensor,
+    target: tf.Tensor,
+    attn: tf.Tensor,
+    p_gen_logit: tf.Tensor,
+    enc_ext_ids: tf.Tensor,
+) -> tf.Tensor:
+    """log P(w*_t) of eq. 9 from log P_vocab(w*_t), in log space:
+    logsumexp(log p_gen + log P_vocab(w*), log(1 - p_gen) + log sum_{i: w_i = w*} a_i^t).
+
+    Args:
+      log_p_vocab: float32 [batch, T] (vocab_log_prob); target: int32 [batch, T] extended ids;
+      attn: float [batch, T, src_len]; p_gen_logit: float [batch, T]; enc_ext_ids: int32
+        [batch, src_len].
+    Returns: float32 [batch, T]. Finite for p_gen in {0, 1}, for targets absent from both
+    distributions, and for empty articles (attn all zero).
+    """
+    attn = tf.cast(attn, tf.float32)
+    hit = tf.cast(tf.equal(enc_ext_ids[:, None, :], target[:, :, None]), tf.float32)
+    copy = tf.reduce_sum(attn * hit, axis=-1)  # [B, T]
+    # log(copy) where it is positive; the clamp's zero gradient keeps copy = 0 NaN-free.
+    log_copy = tf.where(copy > 0, tf.math.log(tf.maximum(copy, 1e-30)), _NEG)
+    z = tf.cast(p_gen_logit, tf.float32)
+    return tf.reduce_logsumexp(
+        tf.stack([tf.math.log_sigmoid(z) + log_p_vocab, tf.math.log_sigmoid(-z) + log_copy], -1),
+        axis=-1,
+    )
+
+
 def target_log_prob(
     logits: tf.Tensor,
     target: tf.Tensor,
@@ -109,21 +152,7 @@ def target_log_prob(
     Returns: float32 [batch, T]. Finite for p_gen in {0, 1}, for targets absent from both
     distributions, and for empty articles (attn all zero).
     """
-    logits = tf.cast(logits, tf.float32)
-    v = tf.shape(logits)[-1]
-    lse = tf.reduce_logsumexp(logits, axis=-1)  # [B, T]
-    in_vocab = target < v
-    tgt_logit = tf.gather(logits, tf.minimum(target, v - 1), batch_dims=2)
-    log_p_vocab = tf.where(in_vocab, tgt_logit - lse, _NEG)
+    log_p_vocab = vocab_log_prob(logits, target)
     if attn is None:
         return log_p_vocab
-    attn = tf.cast(attn, tf.float32)
-    hit = tf.cast(tf.equal(enc_ext_ids[:, None, :], target[:, :, None]), tf.float32)
-    copy = tf.reduce_sum(attn * hit, axis=-1)  # [B, T]
-    # log(copy) where it is positive; the clamp's zero gradient keeps copy = 0 NaN-free.
-    log_copy = tf.where(copy > 0, tf.math.log(tf.maximum(copy, 1e-30)), _NEG)
-    z = tf.cast(p_gen_logit, tf.float32)
-    return tf.reduce_logsumexp(
-        tf.stack([tf.math.log_sigmoid(z) + log_p_vocab, tf.math.log_sigmoid(-z) + log_copy], -1),
-        axis=-1,
-    )
+    return mix_copy(log_p_vocab, target, attn, p_gen_logit, enc_ext_ids)

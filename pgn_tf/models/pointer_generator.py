@@ -3,7 +3,10 @@
 One class, switched by config: `pointer_gen=False` is the baseline (section 2.1),
 `pointer_gen=True` adds eq. 8-9 (section 2.2), `coverage=True` adds eq. 10-13 (section 2.3).
 With the paper's sizes (H=256, E=128, V=50k) the parameter counts are exactly the paper's:
-21,499,600 for the baseline, +1,153 for the pointer, +512 for coverage.
+21,499,600 for the baseline, +1,153 for the pointer, +512 for coverage. `enc_hidden_dim`
+sets the encoder's units per direction apart from the decoder's H (OpenNMT-py's `brnn` splits
+its size over the two directions: 2 x 128 with a 256 decoder); the context, the attention's
+score space and W_h follow the encoder's width 2 x enc_hidden_dim.
 
 Interface for the search (STYLE.md habit 5):
     enc, state = model.encode(enc_ids, enc_len, enc_ext_ids, num_oovs)
@@ -17,14 +20,15 @@ import tensorflow as tf
 
 from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
-from pgn_tf.layers.pointer import final_distribution
+from pgn_tf.layers.pointer import final_distribution, mix_copy, vocab_log_prob
 from pgn_tf.models.base import SummarizationModel
 
 
 @keras.saving.register_keras_serializable(package="pgn_tf")
 class PointerGenerator(SummarizationModel):
     """Args:
-      vocab_size: V (with the 4 special tokens); hidden_dim: H; emb_dim: E;
+      vocab_size: V (with the 4 special tokens); hidden_dim: H (the decoder, and the encoder
+      unless enc_hidden_dim > 0: its units per direction); emb_dim: E;
       pointer_gen: eq. 8-9 on/off; coverage: eq. 10-13 on/off; cov_loss_wt: lambda (eq. 13);
       init_mag: uniform init of the LSTMs; init_std: truncated-normal init of the embedding
       and vocabulary projection (See et al.'s code: 0.02 and 1e-4); emb_init_std: the
@@ -48,11 +52,15 @@ class PointerGenerator(SummarizationModel):
         init_std: float = 1e-4,
         emb_init_std: float = 0.0,
         dropout: float = 0.0,
+        enc_hidden_dim: int = 0,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
+        self.enc_hidden_dim = enc_hidden_dim
+        enc_dim = 2 * (enc_hidden_dim or hidden_dim)  # D: encoder outputs, context
+        self.enc_dim = enc_dim
         self.emb_dim = emb_dim
         self.pointer_gen = pointer_gen
         self.coverage = coverage
@@ -70,9 +78,9 @@ class PointerGenerator(SummarizationModel):
         self.embedding = keras.layers.Embedding(
             vocab_size, emb_dim, embeddings_initializer=emb_init, name="embedding"
         )
-        self.encoder = BiLSTMEncoder(hidden_dim, init_mag, name="encoder")
+        self.encoder = BiLSTMEncoder(enc_dim // 2, init_mag, state_dim=hidden_dim, name="encoder")
         self.cell = AttentionDecoderCell(
-            hidden_dim, emb_dim, pointer_gen, coverage, init_mag, name="decoder"
+            hidden_dim, emb_dim, pointer_gen, coverage, init_mag, enc_dim, name="decoder"
         )
         self.vocab_proj = keras.layers.Dense(
             vocab_size, kernel_initializer=normal, bias_initializer=normal, name="vocab_proj"
@@ -97,6 +105,7 @@ class PointerGenerator(SummarizationModel):
             init_std=model_cfg.trunc_norm_init_std,
             emb_init_std=model_cfg.emb_init_std,
             dropout=model_cfg.dropout,
+            enc_hidden_dim=model_cfg.enc_hidden_dim,
         )
 
     def get_config(self):
@@ -111,6 +120,7 @@ class PointerGenerator(SummarizationModel):
             init_std=self.init_std,
             emb_init_std=self.emb_init_std,
             dropout=self.dropout,
+            enc_hidden_dim=self.enc_hidden_dim,
             name=self.name,
         )
 
@@ -122,7 +132,7 @@ class PointerGenerator(SummarizationModel):
         depend on the summary length).
 
         Returns:
-          enc: dict(outputs [B, L, 2H], features [B, L, 2H], mask bool [B, L],
+          enc: dict(outputs [B, L, D], features [B, L, D], mask bool [B, L],
                     ext_ids int32 [B, L], max_oovs int32 scalar)
           state: the decoder's initial state (AttentionDecoderCell).
         """
@@ -139,7 +149,7 @@ class PointerGenerator(SummarizationModel):
         state = {
             "h": h,
             "c": c,
-            "context": tf.zeros([b, 2 * self.hidden_dim], outputs.dtype),
+            "context": tf.zeros([b, self.enc_dim], outputs.dtype),
             "coverage": tf.zeros(tf.shape(mask), outputs.dtype),
         }
         return enc, state
@@ -171,32 +181,53 @@ class PointerGenerator(SummarizationModel):
     def call(self, features, training=False):
         """Teacher-forced pass.
 
-        Returns dict: logits float [B, T, V]; attn, coverage float [B, T, L]; p_gen_logit [B, T].
+        Only what feeds the recurrence runs inside the loop over steps (AttentionDecoderCell
+        `step`); the embedding half of the decoder input before it, o_t and p_gen after it, each
+        as one matmul over all steps.
+
+        Returns dict: output float [B, T, H] (o_t, after dropout: the vocabulary layer's
+        input); logits float [B, T, V]; attn, coverage float [B, T, L]; p_gen_logit [B, T].
+        The loss reads `output` through `token_log_probs`, which runs the vocabulary layer on
+        the real target positions only; `logits` covers every position for inspection, and a
+        compiled step that does not read it never computes it (unused ops are pruned).
         """
         enc, state = self.encode(
             features["enc_ids"], features["enc_len"], features.get("enc_ext_ids"),
             training=training,
         )
         dec_emb = self.drop(self.embed_ids(features["dec_input"]), training=training)  # [B, T, E]
-        steps = tf.shape(dec_emb)[1]
-        dec_tm = tf.transpose(dec_emb, [1, 0, 2])  # [T, B, E]
+        x_part = self.cell.embed_inputs(tf.transpose(dec_emb, [1, 0, 2]))  # [T, B, E]
+        steps = tf.shape(x_part)[0]
+        context_kernel = self.cell.context_kernel()  # [D, E], read once for all steps
         dtype = enc["outputs"].dtype
-        arrays = {
-            "output": tf.TensorArray(dtype, size=steps),
-            "attn": tf.TensorArray(dtype, size=steps),
-            "p_gen_logit": tf.TensorArray(dtype, size=steps),
-            "coverage": tf.TensorArray(dtype, size=steps),
-        }
+        keys = ("h", "c", "context", "x", "attn", "coverage")
+        arrays = {k: tf.TensorArray(dtype, size=steps) for k in keys}
+        inputs = tf.TensorArray(dtype, size=steps).unstack(x_part)
 
         def body(t, state, arrays):
-            output, state, extras = self.cell(dec_tm[t], state, enc)
-            extras = dict(extras, output=output)
-            arrays = {k: ta.write(t, extras[k]) for k, ta in arrays.items()}
+            state, extras = self.cell.step(inputs.read(t), state, enc, context_kernel)
+            values = dict(extras, h=state["h"], c=state["c"], context=state["context"])
+            arrays = {k: ta.write(t, values[k]) for k, ta in arrays.items()}
             return t + 1, state, arrays
 
-        _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body, (tf.constant(0), state, arrays))
+        _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body,
+                                     (tf.constant(0), state, arrays), maximum_iterations=steps)
+        seq = {k: self.batch_major(ta) for k, ta in arrays.items()}  # [B, T, ...]
+        output, p_gen_logit = self.cell.outputs(seq["h"], seq["c"], seq["context"], seq["x"])
+        output = self.drop(output, training=training)
+        return {"output": output, "logits": self.vocab_proj(output), "attn": seq["attn"],
+                "coverage": seq["coverage"], "p_gen_logit": p_gen_logit}
 
-        out = {k: self.batch_major(ta) for k, ta in arrays.items()}
-        # The vocabulary layer runs once over all steps: one [B*T, H] x [H, V] matmul.
-        out["logits"] = self.vocab_proj(self.drop(out.pop("output"), training=training))
-        return out
+    def token_log_probs(self, features, outputs):
+        """log p(y*_t), float32 [B, T], for t < dec_len (padding positions hold finite values
+        that the losses mask). The [rows, H] x [H, V] vocabulary layer and its softmax run on
+        the N real target positions only, gathered from the [B, T] grid and scattered back."""
+        target = tf.cast(features["target"], tf.int32)  # [B, T]
+        real = tf.where(tf.sequence_mask(features["dec_len"], tf.shape(target)[1]))  # [N, 2]
+        logits = self.vocab_proj(tf.gather_nd(outputs["output"], real))  # [N, V]
+        log_p_vocab = tf.scatter_nd(real, vocab_log_prob(logits, tf.gather_nd(target, real)),
+                                    tf.shape(target, out_type=tf.int64))  # [B, T]
+        if not self.pointer_gen:
+            return log_p_vocab
+        return mix_copy(log_p_vocab, target, outputs["attn"], outputs["p_gen_logit"],
+                        tf.cast(features["enc_ext_ids"], tf.int32))

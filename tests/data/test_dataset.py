@@ -1,3 +1,7 @@
+import os
+
+import numpy as np
+import pytest
 import tensorflow as tf
 
 from pgn_tf import vocab as V
@@ -49,3 +53,128 @@ def test_training_dataset_drops_empty_and_batches(corpus, vocab, tiny_cfg, tmp_p
     for b in ds.take(3):
         assert b["enc_len"].shape == (4,) and tf.reduce_all(b["enc_len"] > 0)
         assert tf.reduce_all(b["dec_len"] > 1)
+
+
+def token_records(lengths):
+    """Tokenized records (tokenize_records' output) with the given (article, summary) token
+    counts; each record's id is its index."""
+    enc, dec = zip(*lengths)
+
+    def record(i, n_enc, n_dec):
+        return {"enc_tokens": tf.fill([n_enc], "a"), "dec_tokens": tf.fill([n_dec], "b"),
+                "article": tf.constant("x"), "summary": tf.constant("y"),
+                "id": tf.strings.as_string(i)}
+
+    return tf.data.Dataset.from_tensor_slices((list(range(len(lengths))), list(enc), list(dec))
+                                              ).map(record)
+
+
+def bucket_of(n, bounds):
+    return sum(n > b for b in bounds[:-1])
+
+
+PAD = {"enc_tokens": [None], "dec_tokens": [None], "article": [], "summary": [], "id": []}
+PAD_VALUES = {k: "" for k in PAD}
+
+
+@pytest.mark.parametrize("fixed_shapes", [False, True])
+def test_buckets_by_summary_length_yield_every_example_exactly_once(fixed_shapes):
+    """12 buckets (4 of article length x 3 of summary length), 2 batches' worth in each, in a
+    shuffled order: every example comes out once, in a batch whose members share its bucket,
+    padded to the longest member (or, with fixed_shapes, to the bucket's bounds)."""
+    cfg = DataConfig(max_enc_steps=40, max_dec_steps=12, bucket_by_summary_length=True)
+    enc_bounds, dec_bounds = dataset.length_buckets(cfg)
+    assert (enc_bounds, dec_bounds) == ([10, 20, 30, 40], [3, 6, 12])
+    rng = np.random.default_rng(0)
+    lengths = [(int(rng.integers(lo + 1, hi + 1)), int(rng.integers(dlo + 1, dhi + 1)))
+               for lo, hi in zip([0] + enc_bounds, enc_bounds)
+               for dlo, dhi in zip([0] + dec_bounds, dec_bounds) for _ in range(6)]
+    order = rng.permutation(len(lengths))
+    lengths = [lengths[i] for i in order]
+    ds = dataset.bucket_batch(token_records(lengths), cfg, 3, PAD, PAD_VALUES, fixed_shapes)
+    seen = []
+    for b in ds.as_numpy_iterator():
+        ids = [int(i) for i in b["id"]]
+        seen += ids
+        buckets = {(bucket_of(lengths[i][0], enc_bounds), bucket_of(lengths[i][1], dec_bounds))
+                   for i in ids}
+        assert len(buckets) == 1, buckets
+        (e, d), = buckets
+        want = ((enc_bounds[e], dec_bounds[d]) if fixed_shapes else
+                (max(lengths[i][0] for i in ids), max(lengths[i][1] for i in ids)))
+        assert (b["enc_tokens"].shape[1], b["dec_tokens"].shape[1]) == want
+    assert sorted(seen) == list(range(len(lengths)))
+
+
+def test_a_bucket_short_of_a_batch_is_held_back_not_repeated():
+    cfg = DataConfig(max_enc_steps=40, max_dec_steps=12, bucket_by_summary_length=True)
+    lengths = [(5, 2)] * 4 + [(35, 10)] * 2  # batch 3: one full batch and one left over ...
+    ds = dataset.bucket_batch(token_records(lengths), cfg, 3, PAD, PAD_VALUES, False)
+    seen = [int(i) for b in ds.as_numpy_iterator() for i in b["id"]]
+    assert len(seen) == len(set(seen)) == 3 and set(seen) <= {0, 1, 2, 3}  # ... in bucket 0
+
+
+def test_article_buckets_alone_batch_as_bucket_by_sequence_length():
+    """Without data.bucket_by_summary_length (the default) the batches are exactly those of
+    tf.data's bucket_by_sequence_length at quarters of max_enc_steps (the earlier batching)."""
+    cfg = DataConfig(max_enc_steps=40, max_dec_steps=12)
+    rng = np.random.default_rng(1)
+    lengths = [(int(rng.integers(1, 41)), int(rng.integers(1, 13))) for _ in range(60)]
+    got = dataset.bucket_batch(token_records(lengths), cfg, 4, PAD, PAD_VALUES, False)
+    want = token_records(lengths).bucket_by_sequence_length(
+        lambda d: tf.size(d["enc_tokens"]), bucket_boundaries=[11, 21, 31],
+        bucket_batch_sizes=[4] * 4, padded_shapes=PAD, padding_values=PAD_VALUES,
+        drop_remainder=True)
+    got, want = list(got.as_numpy_iterator()), list(want.as_numpy_iterator())
+    assert len(got) == len(want) >= 10
+    for g, w in zip(got, want):
+        assert g["id"].tolist() == w["id"].tolist()
+        assert g["enc_tokens"].shape == w["enc_tokens"].shape
+        assert g["dec_tokens"].shape == w["dec_tokens"].shape
+
+
+def _lengths_files(tmp_path, n=7):
+    """A TFRecord file of n examples whose articles have 3, 6, ... 3n tokens."""
+    exs = [Example("the cat sat " + "on the mat " * k, "the cat") for k in range(n)]
+    return tfrecord.write_tfrecords(exs, str(tmp_path / "c"))
+
+
+def test_cached_tokens_are_read_once_and_replayed(tmp_path):
+    """With data.cache_tokens the records are read and tokenized in the first epoch only: the
+    files can go after it, and later epochs replay the same examples."""
+    files = _lengths_files(tmp_path)
+    cfg = DataConfig(vocab_size=10, max_enc_steps=40, max_dec_steps=6, bucket_by_length=False,
+                     cache_tokens=True, shuffle_buffer=1)
+    it = iter(dataset.make_dataset(files, _vocab(), cfg, 1, True, training=True, seed=3))
+    lens = [int(next(it)["enc_len"][0]) for _ in range(10)]  # past the end of the first epoch
+    for fn in files:
+        os.remove(fn)
+    lens += [int(next(it)["enc_len"][0]) for _ in range(25)]
+    epochs = [lens[i:i + 7] for i in range(0, 35, 7)]
+    assert epochs == [[3 * k + 3 for k in range(7)]] * 5
+
+
+def test_cached_tokens_shuffle_repeatably_for_a_seed(tmp_path):
+    """Resuming skips the batches already consumed: the order must be the same for a seed."""
+    files = _lengths_files(tmp_path)
+    cfg = DataConfig(vocab_size=10, max_enc_steps=40, max_dec_steps=6, bucket_by_length=False,
+                     cache_tokens=True, shuffle_buffer=5)
+
+    def enc_lens(seed):
+        ds = dataset.make_dataset(files, _vocab(), cfg, 1, True, training=True, seed=seed)
+        return [int(b["enc_len"][0]) for b in ds.take(21).as_numpy_iterator()]
+
+    first = enc_lens(3)
+    assert enc_lens(3) == first
+    assert first[:7] != [3 * k + 3 for k in range(7)]  # shuffled
+    assert enc_lens(4) != first
+
+
+def test_fixed_shapes_without_buckets_pad_to_the_maximum(tmp_path):
+    files = tfrecord.write_tfrecords([Example("the cat sat", "the cat")] * 4,
+                                     str(tmp_path / "f"))
+    cfg = DataConfig(vocab_size=10, max_enc_steps=7, max_dec_steps=5)
+    b = next(iter(dataset.make_dataset(files, _vocab(), cfg, 2, True, training=False,
+                                       fixed_shapes=True)))
+    assert b["enc_ids"].shape == (2, 7) and b["dec_input"].shape == (2, 5)
+    assert b["enc_len"].numpy().tolist() == [3, 3] and b["dec_len"].numpy().tolist() == [3, 3]

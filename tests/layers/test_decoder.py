@@ -16,11 +16,12 @@ def decoder_weights(cell):
     """The cell's weights by role, as NumPy arrays (read from `cell.weights`; the one place
     that knows their layout):
 
-      input_proj: (W [E + 2H, E], b [E]) on [emb(y_{t-1}); h*_{t-1}]
+      input_proj: (W [E + D, E], b [E]) on [emb(y_{t-1}); h*_{t-1}]
       lstm: (W [E, 4H], U [H, 4H], b [4H]), gate blocks i, f, c, o (Keras LSTMCell)
-      w_h [2H, 2H], w_s [2H, 2H], b_attn [2H], v [2H], w_c [2H] (eq. 11; w_c with coverage)
-      output_proj: (W [3H, H], b [H]) on [h_t; h*_t]
-      p_gen: (w [2H + H + H + E, 1], b [1]) on [h*_t; c_t; h_t; x_t] (eq. 8)
+      w_h [D, D], w_s [2H, D], b_attn [D], v [D], w_c [D] (eq. 11; w_c with coverage)
+      output_proj: (W [H + D, H], b [H]) on [h_t; h*_t]
+      p_gen: (w [D + H + H + E, 1], b [1]) on [h*_t; c_t; h_t; x_t] (eq. 8)
+    D = enc_dim, the encoder outputs' width (2H with See et al.'s sizes).
     """
     def pick(scope, name):  # the one weight whose path has `scope` and ends in `name`
         (w,) = [w.numpy() for w in cell.weights
@@ -70,8 +71,8 @@ def np_step(w, x_emb, state, enc_out, mask):
     return output, new_state, a, z
 
 
-def randomized_cell(pointer_gen, coverage):
-    cell = AttentionDecoderCell(H, E, pointer_gen=pointer_gen, coverage=coverage)
+def randomized_cell(pointer_gen, coverage, enc_dim=None):
+    cell = AttentionDecoderCell(H, E, pointer_gen=pointer_gen, coverage=coverage, enc_dim=enc_dim)
     cell.build()
     rng = np.random.default_rng(0)
     for v in cell.weights:  # far from the init (w_c starts at 0): every term matters
@@ -79,24 +80,25 @@ def randomized_cell(pointer_gen, coverage):
     return cell
 
 
-def inputs(seed=1):
+def inputs(seed=1, enc_dim=2 * H):
     rng = np.random.default_rng(seed)
-    enc_out = rng.normal(size=(B, L, 2 * H)).astype(np.float32)
+    enc_out = rng.normal(size=(B, L, enc_dim)).astype(np.float32)
     mask = np.array([[True] * L, [True, True, True, False, False]])
     enc_out[~mask] = 0.0  # as the encoder returns them
     state = {"h": rng.normal(size=(B, H)), "c": rng.normal(size=(B, H)),
-             "context": rng.normal(size=(B, 2 * H)),
+             "context": rng.normal(size=(B, enc_dim)),
              "coverage": rng.uniform(0, 1.5, (B, L)) * mask}
     state = {k: v.astype(np.float32) for k, v in state.items()}
     x_embs = rng.normal(size=(2, B, E)).astype(np.float32)  # two steps' emb(y_{t-1})
     return enc_out, mask, state, x_embs
 
 
+@pytest.mark.parametrize("enc_dim", [2 * H, 6])  # See et al.'s 2H; an encoder of 2 x 3 units
 @pytest.mark.parametrize("pointer_gen, coverage", CONFIGS)
-def test_two_steps_match_numpy(pointer_gen, coverage):
+def test_two_steps_match_numpy(pointer_gen, coverage, enc_dim):
     """Two steps, so the fed-back context, the LSTM state and the coverage of step 1 are used."""
-    cell = randomized_cell(pointer_gen, coverage)
-    enc_out, mask, state, x_embs = inputs()
+    cell = randomized_cell(pointer_gen, coverage, enc_dim)
+    enc_out, mask, state, x_embs = inputs(enc_dim=enc_dim)
     enc = {"outputs": tf.constant(enc_out), "mask": tf.constant(mask),
            "features": cell.attention.precompute(tf.constant(enc_out))}
     weights = decoder_weights(cell)
@@ -113,6 +115,35 @@ def test_two_steps_match_numpy(pointer_gen, coverage):
             np.testing.assert_allclose(tf_state[key].numpy(), want_state[key], rtol=1e-5,
                                        atol=1e-5, err_msg=key)
     np.testing.assert_array_equal(extras["attn"].numpy()[1, 3:], 0.0)  # padding: no attention
+
+
+@pytest.mark.parametrize("pointer_gen, coverage", CONFIGS)
+def test_teacher_forcing_split_matches_numpy(pointer_gen, coverage):
+    """The teacher-forced path: `embed_inputs` over all steps before the loop, `step` (the
+    recurrence alone) inside it, `outputs` (o_t and p_gen) over all steps after it; the same
+    numbers as NumPy's whole steps."""
+    cell = randomized_cell(pointer_gen, coverage, enc_dim=6)
+    enc_out, mask, state, x_embs = inputs(seed=3, enc_dim=6)
+    enc = {"outputs": tf.constant(enc_out), "mask": tf.constant(mask),
+           "features": cell.attention.precompute(tf.constant(enc_out))}
+    weights = decoder_weights(cell)
+    x_parts = cell.embed_inputs(tf.constant(x_embs))  # [T, B, E], before the loop
+    tf_state, seq = {k: tf.constant(v) for k, v in state.items()}, []
+    for t in range(len(x_embs)):
+        tf_state, extras = cell.step(x_parts[t], tf_state, enc)
+        seq.append(dict(extras, h=tf_state["h"], c=tf_state["c"], context=tf_state["context"]))
+    stacked = {k: tf.stack([s[k] for s in seq]) for k in seq[0]}  # [T, B, ...]
+    outputs, p_gen_logit = cell.outputs(stacked["h"], stacked["c"], stacked["context"],
+                                        stacked["x"])  # after the loop, all steps at once
+    for t, x_emb in enumerate(x_embs):
+        want_out, want_state, want_attn, want_z = np_step(weights, x_emb, state, enc_out, mask)
+        np.testing.assert_allclose(stacked["coverage"][t].numpy(), state["coverage"], rtol=1e-6)
+        np.testing.assert_allclose(stacked["attn"][t].numpy(), want_attn, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(outputs[t].numpy(), want_out, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(p_gen_logit[t].numpy(), want_z, rtol=1e-5, atol=1e-5)
+        state = want_state
+    for key in state:
+        np.testing.assert_allclose(tf_state[key].numpy(), state[key], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("pointer_gen, coverage", CONFIGS)

@@ -1,11 +1,13 @@
 """The See et al. (2017) encoder against a NumPy bidirectional LSTM with masking and the ReLU
-state reduction (their code's `_reduce_states`)."""
+state reduction (their code's `_reduce_states`), in both implementations: the fused loop (both
+directions in one while loop, the backward one over tf.reverse_sequence) and the Keras
+Bidirectional layer it replaced, which must agree on the same weights."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgn_tf.layers.encoder import BiLSTMEncoder
+from pgn_tf.layers.encoder import IMPLEMENTATIONS, BiLSTMEncoder
 from tests.helpers import run_layer_test
 
 B, L, E, H = 2, 5, 3, 4
@@ -18,7 +20,7 @@ def encoder_weights(layer):
       fw, bw: (W [E, 4H], U [H, 4H], b [4H]) of each direction's LSTM, gate blocks in the
               order i, f, c, o along the last axis (Keras LSTMCell: z = x W + h U + b,
               split in four);
-      reduce_h, reduce_c: (W [2H, H], b [H]), applied to [fw; bw].
+      reduce_h, reduce_c: (W [2H, S], b [S]), applied to [fw; bw] (S = state_dim).
     """
     def pick(scope, name):  # the one weight whose path has `scope` and ends in `name`
         (w,) = [w.numpy() for w in layer.weights
@@ -51,8 +53,9 @@ def np_lstm(xs, w, u, b):
 
 def np_encoder(emb, lengths, weights, reduce_states):
     """Each article's n valid positions only: forward over 0..n-1, backward over n-1..0
-    (padding never seen); outputs [B, L, 2H] zero at padding; h, c [B, H] (or [B, 2H])."""
-    outputs = np.zeros(emb.shape[:2] + (2 * H,))
+    (padding never seen); outputs [B, L, 2H] zero at padding; h, c [B, S] (or [B, 2H])."""
+    hid = weights["fw"][1].shape[0]
+    outputs = np.zeros(emb.shape[:2] + (2 * hid,))
     hs, cs = [], []
     for k, n in enumerate(lengths):
         fw_out, fw_h, fw_c = np_lstm(emb[k, :n], *weights["fw"])
@@ -67,10 +70,11 @@ def np_encoder(emb, lengths, weights, reduce_states):
     return outputs, h, c
 
 
-def randomized_encoder(reduce_states, seed=0):
+def randomized_encoder(reduce_states, seed=0, implementation="loop", state_dim=None):
     """An encoder whose weights are far from the 0.02-uniform init, so every nonlinearity and
     the forget gate's memory matter."""
-    layer = BiLSTMEncoder(H, reduce_states=reduce_states)
+    layer = BiLSTMEncoder(H, reduce_states=reduce_states, implementation=implementation,
+                          state_dim=state_dim)
     layer.build((None, None, E))
     rng = np.random.default_rng(seed)
     for w in layer.weights:
@@ -78,9 +82,10 @@ def randomized_encoder(reduce_states, seed=0):
     return layer
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("reduce_states", [True, False])
-def test_matches_numpy_bidirectional_lstm_with_padding(reduce_states):
-    layer = randomized_encoder(reduce_states)
+def test_matches_numpy_bidirectional_lstm_with_padding(reduce_states, implementation):
+    layer = randomized_encoder(reduce_states, implementation=implementation)
     rng = np.random.default_rng(1)
     emb = rng.normal(size=(B, L, E)).astype(np.float32)  # junk (not zeros) at the padding
     lengths = [5, 3]
@@ -93,8 +98,9 @@ def test_matches_numpy_bidirectional_lstm_with_padding(reduce_states):
     np.testing.assert_allclose(c.numpy(), want_c, rtol=1e-5, atol=1e-6)
 
 
-def test_empty_article_gives_zero_outputs_and_the_reduction_of_zero_states():
-    layer = randomized_encoder(True, seed=2)
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_empty_article_gives_zero_outputs_and_the_reduction_of_zero_states(implementation):
+    layer = randomized_encoder(True, seed=2, implementation=implementation)
     emb = np.random.default_rng(3).normal(size=(2, 4, E)).astype(np.float32)
     mask = np.array([[False] * 4, [True, True, False, False]])
     outputs, h, c = layer(tf.constant(emb), tf.constant(mask))
@@ -105,17 +111,90 @@ def test_empty_article_gives_zero_outputs_and_the_reduction_of_zero_states():
     np.testing.assert_allclose(outputs.numpy(), want_out, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("reduce_states, num_weights, state_dim", [
-    (True, 10, H),  # 2 x (W, U, b) + reduce_h (W, b) + reduce_c (W, b)
+@pytest.mark.parametrize("reduce_states", [True, False])
+def test_fused_loop_equals_the_keras_layer_with_ragged_lengths_and_gradients(reduce_states):
+    """Same weights, ragged lengths (full, short, empty, one short of full) with junk embeddings
+    at the padding: equal outputs at every position (padding included), equal final states,
+    and equal gradients for every weight and for the embeddings."""
+    layers = [randomized_encoder(reduce_states, seed=5, implementation=i, state_dim=3)
+              for i in ("keras", "loop")]
+    emb = tf.constant(np.random.default_rng(6).normal(size=(4, 6, E)).astype(np.float32))
+    mask = tf.sequence_mask([6, 2, 0, 5], 6)
+    results = []
+    for layer in layers:
+        with tf.GradientTape() as tape:
+            tape.watch(emb)
+            out = layer(emb, mask)
+            loss = sum(tf.reduce_sum(tf.sin(3.0 * t)) for t in out)  # a non-linear read of all
+        results.append((out, tape.gradient(loss, layer.trainable_weights + [emb])))
+    (want, want_grads), (got, got_grads) = results
+    assert [t.shape for t in got] == [t.shape for t in want]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-5, atol=1e-6)
+    assert len(got_grads) == len(want_grads) == (11 if reduce_states else 7)
+    for g, w in zip(got_grads, want_grads):
+        np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
+                                   tf.convert_to_tensor(w).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_state_dim_reduces_to_the_decoder_size():
+    """enc_hidden_dim apart from the decoder's H: the 2 x H final states reduce to state_dim."""
+    layer = randomized_encoder(True, seed=7, state_dim=7)
+    emb = np.random.default_rng(8).normal(size=(B, L, E)).astype(np.float32)
+    lengths = [4, 5]
+    _, h, c = layer(tf.constant(emb), tf.sequence_mask(lengths, L))
+    _, want_h, want_c = np_encoder(emb, lengths, encoder_weights(layer), True)
+    assert h.shape == c.shape == (B, 7)
+    np.testing.assert_allclose(h.numpy(), want_h, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c.numpy(), want_c, rtol=1e-5, atol=1e-6)
+
+
+def test_both_implementations_hold_the_same_checkpoint_variables(tmp_path):
+    """The fused loop reads the Keras Bidirectional layer's variables, so a checkpoint written
+    before it (by the Keras layer) restores into it, names and shapes unchanged."""
+    keras_enc = randomized_encoder(True, seed=9, implementation="keras")
+    path = tf.train.Checkpoint(encoder=keras_enc).write(str(tmp_path / "ckpt"))
+    names = dict(tf.train.list_variables(path))
+    for direction in ("forward_layer", "backward_layer"):
+        prefix = f"encoder/bilstm/{direction}/cell/"
+        assert names[prefix + "kernel/.ATTRIBUTES/VARIABLE_VALUE"] == [E, 4 * H]
+        assert names[prefix + "recurrent_kernel/.ATTRIBUTES/VARIABLE_VALUE"] == [H, 4 * H]
+        assert names[prefix + "bias/.ATTRIBUTES/VARIABLE_VALUE"] == [4 * H]
+    loop_enc = randomized_encoder(True, seed=10, implementation="loop")
+    tf.train.Checkpoint(encoder=loop_enc).read(path).assert_existing_objects_matched()
+    emb = tf.constant(np.random.default_rng(11).normal(size=(B, L, E)).astype(np.float32))
+    mask = tf.sequence_mask([5, 2], L)
+    for got, want in zip(loop_enc(emb, mask), keras_enc(emb, mask)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_fused_loop_compiles_with_xla():
+    layer = randomized_encoder(True, seed=12)
+    emb = tf.constant(np.random.default_rng(13).normal(size=(3, 6, E)).astype(np.float32))
+    mask = tf.sequence_mask([6, 1, 0], 6)
+    compiled = tf.function(lambda x, m: layer(x, m), jit_compile=True)(emb, mask)
+    for got, want in zip(compiled, layer(emb, mask)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def test_unknown_implementation_is_named():
+    with pytest.raises(ValueError, match="unknown encoder implementation 'cudnn'"):
+        BiLSTMEncoder(H, implementation="cudnn")
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("reduce_states, num_weights, state_shape", [
+    (True, 10, 7),  # 2 x (W, U, b) + reduce_h (W, b) + reduce_c (W, b); state_dim 7
     (False, 6, 2 * H),
 ])
-def test_layer_contract(reduce_states, num_weights, state_dim):
+def test_layer_contract(reduce_states, num_weights, state_shape, implementation):
     emb = tf.constant(np.random.default_rng(4).normal(size=(B, L, E)).astype(np.float32))
     mask = tf.constant([[True] * L, [True] * 3 + [False] * 2])
     run_layer_test(
-        BiLSTMEncoder, {"hidden_dim": H, "init_mag": 0.1, "reduce_states": reduce_states},
+        BiLSTMEncoder, {"hidden_dim": H, "init_mag": 0.1, "reduce_states": reduce_states,
+                        "state_dim": 7, "implementation": implementation},
         build=lambda layer: layer.build((None, None, E)),
         call=lambda layer: layer(emb, mask),
         expected_num_weights=num_weights,
-        expected_shapes=[(B, L, 2 * H), (B, state_dim), (B, state_dim)],
+        expected_shapes=[(B, L, 2 * H), (B, state_shape), (B, state_shape)],
     )
