@@ -20,7 +20,8 @@ from pgn_tf.errors import UserError
 from pgn_tf.trainer import Trainer, initial_learning_rate
 
 SCALARS = ("loss", "nll", "coverage_loss", "p_gen_mean", "grad_norm", "reward_sample",
-           "reward_greedy", "sample_capped", "advantage_abs", "advantage_zero")
+           "reward_greedy", "sample_capped", "advantage_abs", "advantage_zero", "sample_entropy",
+           "sample_p_gen")
 
 
 def learning_rate(trainer: Trainer, step: int, elapsed: float) -> float:

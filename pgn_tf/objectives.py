@@ -174,7 +174,9 @@ class SelfCritical:
     max_steps tokens with [STOP] barred before min_steps, exactly as decoding does at
     inference (no knowledge of the reference's length). Terms add: rl, reward_sample,
     reward_greedy (ROUGE-L F1 [B]), sample_capped (1 where the sample hit max_steps),
-    advantage_abs and advantage_zero (1 where sample and baseline score alike: no gradient)."""
+    advantage_abs and advantage_zero (1 where sample and baseline score alike: no gradient),
+    and two diagnostics of the policy the samples come from: sample_entropy (mean entropy, in
+    nats, of each sampled step's distribution) and sample_p_gen (mean p_gen along the sample)."""
 
     def __init__(self, ml: MaximumLikelihood, gamma: float, max_steps: int, min_steps: int = 0,
                  seed: int | None = None):
@@ -187,7 +189,8 @@ class SelfCritical:
 
     def term_names(self, model) -> list[str]:
         return self.ml.term_names(model) + ["rl", "reward_sample", "reward_greedy",
-                                            "sample_capped", "advantage_abs", "advantage_zero"]
+                                            "sample_capped", "advantage_abs", "advantage_zero",
+                                            "sample_entropy", "sample_p_gen"]
 
     def _searches(self, model, batch):
         enc, state = model.encode(batch["enc_ids"], batch["enc_len"], batch.get("enc_ext_ids"),
@@ -199,7 +202,7 @@ class SelfCritical:
     def rl_terms(self, model, batch: dict) -> dict:
         step_fn, state, b = self._searches(model, batch)
         sampled = sampling.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
-                                  min_steps=self.min_steps, seed=self.seed)
+                                  min_steps=self.min_steps, seed=self.seed, return_stats=True)
         best = greedy.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
                              self.min_steps)
         r_sample = rouge_l_reward(sampled, batch)
@@ -211,7 +214,8 @@ class SelfCritical:
                 "reward_greedy": r_greedy, "sample_capped": capped,
                 # the gradient signal: |advantage|, and the examples that give none
                 "advantage_abs": tf.abs(advantage),
-                "advantage_zero": tf.cast(tf.equal(advantage, 0.0), tf.float32)}
+                "advantage_zero": tf.cast(tf.equal(advantage, 0.0), tf.float32),
+                "sample_entropy": sampled["entropy"], "sample_p_gen": sampled["p_gen"]}
 
     def __call__(self, model, batch: dict, training: bool = True) -> dict:
         terms = self.ml(model, batch, training) if self.gamma < 1.0 else {

@@ -216,7 +216,7 @@ class Trainer:
             "tgt_tokens": tf.cast(tf.reduce_sum(batch["dec_len"]), tf.float32),
         }
         for key in ("coverage", "reward_sample", "reward_greedy", "sample_capped",
-                    "advantage_abs", "advantage_zero"):
+                    "advantage_abs", "advantage_zero", "sample_entropy", "sample_p_gen"):
             if key in terms:
                 report["coverage_loss" if key == "coverage" else key] = (
                     tf.reduce_sum(terms[key]) * scale)

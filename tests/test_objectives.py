@@ -176,3 +176,44 @@ def test_abs_trains_through_the_same_objective():
     log_p = model.token_log_probs(f, model(f))
     want = -np.sum(log_p.numpy() * (np.arange(T)[None] < f["dec_len"].numpy()[:, None]), 1)
     np.testing.assert_allclose(terms["total"].numpy(), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: DeepReinforced(V, hidden_dim=4, emb_dim=3, emb_init_std=0.5),
+    lambda: PointerGenerator(V, 6, 4, coverage=True),
+], ids=["deep_reinforced", "pointer_generator_coverage"])
+def test_the_policy_gradient_equals_the_teacher_forced_gradient(make):
+    """The gradient the self-critical term takes through the sampling loop is the gradient of
+    sum_t log p(y^s_t) recomputed by teacher forcing on the sample (Paulus et al. eq. 15), for
+    every variable: the search's state, copy and coverage carry no stray gradient path."""
+    tf.random.set_seed(7)
+    model = make()
+    f = features(1)
+    sc = objectives.SelfCritical(objectives.MaximumLikelihood(), gamma=0.9, max_steps=6)
+    from pgn_tf.decoding import sampling
+
+    with tf.GradientTape() as tape:
+        step_fn, state, b = sc._searches(model, f)
+        sampled = sampling.search(step_fn, state, b, 6, 2, STOP_ID, seed=3, return_stats=True)
+        total = tf.reduce_sum(sampled["step_log_probs"])
+    through_search = tape.gradient(total, model.trainable_variables)
+    ids, n = sampled["ids"].numpy(), sampled["length"].numpy()
+    stopped = sampled["step_log_probs"].numpy()[np.arange(B), np.minimum(n, 5)] != 0
+    tgt = np.zeros((B, 6), np.int32)
+    for i in range(B):
+        tgt[i, : n[i]] = ids[i, : n[i]]
+        if stopped[i] and n[i] < 6:
+            tgt[i, n[i]] = STOP_ID
+    dec_len = (n + (stopped & (n < 6))).astype(np.int32)
+    batch = dict(f, dec_input=tf.constant(np.concatenate([np.full((B, 1), 2), tgt[:, :-1]], 1)),
+                 target=tf.constant(tgt), dec_len=tf.constant(dec_len))
+    with tf.GradientTape() as tape:
+        log_p = model.token_log_probs(batch, model(batch, training=False))
+        total_tf = -tf.reduce_sum(objectives.sequence_nll(log_p, batch["dec_len"], "sum"))
+    forced = tape.gradient(total_tf, model.trainable_variables)
+    for var, a, c in zip(model.trainable_variables, through_search, forced):
+        a, c = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(c).numpy()
+        np.testing.assert_allclose(a, c, rtol=1e-3, atol=1e-6, err_msg=var.path)
+    # the diagnostics: entropies of distributions over V + max_oovs, p_gen a probability
+    ent, p_gen = sampled["entropy"].numpy(), sampled["p_gen"].numpy()
+    assert np.all((ent > 0) & (ent <= np.log(V + 1) + 1e-4)) and np.all((p_gen > 0) & (p_gen < 1))

@@ -26,6 +26,7 @@ def search(
     seed: int | None = None,
     repeat_exempt=None,
     return_src_pos: bool = False,
+    return_stats: bool = False,
 ):
     """One hypothesis per article, B at once; the constraints are beam_search's (`constrain`).
 
@@ -33,7 +34,10 @@ def search(
     step_log_probs float32 [B, T] (log p of each chosen token, [STOP] included, 0 after),
     score float32 [B] (the beam's score: summed log-prob over len(tokens) with [START] and
     [STOP] counted, as See et al.'s avg_log_prob); with return_src_pos, src_pos int32 [B, T]:
-    the argmax of step_fn's extra "attn" at each step (beam_search's "src_pos").
+    the argmax of step_fn's extra "attn" at each step (beam_search's "src_pos"); with
+    return_stats, entropy and p_gen float32 [B]: the mean over the emitted steps of the entropy
+    (nats) of the distribution each token was chosen from, and of step_fn's extra "p_gen" (1
+    when it has none); diagnostics, without gradient.
     """
     B, T = batch_size, max_steps
     seq = tf.zeros([B, T], tf.int32)
@@ -42,11 +46,12 @@ def search(
     length = tf.zeros([B], tf.int32)
 
     src_pos = tf.zeros([B, T], tf.int32)
+    stats = tf.zeros([B, 2])  # running sums of entropy and p_gen over the emitted steps
 
-    def cond(step, ids, seq, logps, done, length, src_pos, state):
+    def cond(step, ids, seq, logps, done, length, src_pos, stats, state):
         return tf.logical_and(step < T, tf.logical_not(tf.reduce_all(done)))
 
-    def body(step, ids, seq, logps, done, length, src_pos, state):
+    def body(step, ids, seq, logps, done, length, src_pos, stats, state):
         log_probs, state, extras = step_fn(ids, step, state)
         log_probs = constrain(tf.cast(log_probs, tf.float32), seq, step, stop_id, min_steps,
                               unk_id, block_trigrams, repeat_exempt)
@@ -63,19 +68,27 @@ def search(
         if return_src_pos:
             pos = tf.argmax(extras["attn"], axis=-1, output_type=tf.int32)
             src_pos = tf.where(here & live[:, None], pos[:, None], src_pos)
+        if return_stats:
+            lp = tf.stop_gradient(log_probs)
+            entropy = -tf.reduce_sum(tf.math.multiply_no_nan(lp, tf.exp(lp)), axis=-1)
+            p_gen = tf.stop_gradient(tf.cast(extras.get("p_gen", tf.ones([B])), tf.float32))
+            stats += tf.where(live[:, None], tf.stack([entropy, p_gen], axis=1), 0.0)
         stopped = live & tf.equal(token, stop_id)
         length = tf.where(live & ~stopped, length + 1, length)
         done = done | stopped
-        return step + 1, token, seq, logps, done, length, src_pos, state
+        return step + 1, token, seq, logps, done, length, src_pos, stats, state
 
     ids = tf.fill([B], start_id)
-    _, _, seq, logps, done, length, src_pos, _ = tf.while_loop(
+    _, _, seq, logps, done, length, src_pos, stats, _ = tf.while_loop(
         cond, keep_shapes(body),
-        (tf.constant(0), ids, seq, logps, done, length, src_pos, initial_state),
+        (tf.constant(0), ids, seq, logps, done, length, src_pos, stats, initial_state),
     )
     keep = tf.range(T)[None, :] < length[:, None]
     emitted = length + tf.cast(done, tf.int32)
     out = {"src_pos": tf.where(keep, src_pos, 0)} if return_src_pos else {}
+    if return_stats:
+        mean = stats / tf.cast(tf.maximum(emitted, 1), tf.float32)[:, None]
+        out.update(entropy=mean[:, 0], p_gen=mean[:, 1])
     return {
         **out,
         "ids": tf.where(keep, seq, 0),
