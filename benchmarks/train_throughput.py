@@ -5,9 +5,12 @@ training step (pgn_tf.trainer's Trainer, the same tf.function and strategy), war
         --set data.vocab_size=20000 --set data.max_enc_steps=100 --set train.batch_size=32 \
         [--steps 60] [--warmup 10] [--cpu_devices N]
 
-FLOPs are counted analytically from the model's matmuls (`step_flops`): forward = 2*m*n*k for
-every dense/LSTM/attention product over the real padded batch shapes, training = 3x forward
-(backward costs two forward passes). Compare with benchmarks/matmul_peak.py.
+Source tokens are real article tokens (the sum of enc_len: padding is not counted), as
+OpenNMT-py counts them. FLOPs are counted analytically from the model's matmuls
+(`forward_flops`): forward = 2*m*n*k for every dense/LSTM/attention product over the real padded
+batch shapes, training = 3x forward (backward costs two forward passes). Compare with
+benchmarks/matmul_peak.py. `measure` is the measurement itself, for other benchmarks
+(compare_peer.py).
 """
 
 from __future__ import annotations
@@ -55,6 +58,50 @@ def forward_flops(m: config_lib.ModelConfig, vocab: int, batch: int, src: int, t
     return enc + per_step * batch * tgt
 
 
+def measure(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
+            strategy: tf.distribute.Strategy | None = None, work_dir: str | None = None) -> dict:
+    """Trains `warmup` + `steps` steps of a fresh model on `files` (TFRecords); the figures of
+    the timed steps (module docstring). work_dir: where the Trainer keeps its (unused) model
+    dir, a new temporary directory by default; it must hold no checkpoint."""
+    strategy = strategy or tf.distribute.get_strategy()
+    work = work_dir or tempfile.mkdtemp(prefix="train_bench-")
+    vocab = dataset.build_vocab(files, cfg.data)
+    trainer = Trainer(cfg, ModelDir(work), vocab, files, None, strategy)
+    it = iter(trainer.train_ds)
+
+    def shapes(batch):
+        local = trainer.strategy.experimental_local_results(batch["enc_ids"])
+        dec = trainer.strategy.experimental_local_results(batch["dec_input"])
+        return sum(int(x.shape[0]) for x in local), int(local[0].shape[1]), int(dec[0].shape[1])
+
+    for _ in range(warmup):
+        trainer.train_step(next(it))["loss"].numpy()
+    flops, src_tokens, examples = 0.0, 0.0, 0
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        batch = next(it)
+        report = trainer.train_step(batch)
+        b, length, dec_steps = shapes(batch)
+        flops += 3 * forward_flops(cfg.model, vocab.size, b, length, dec_steps)
+        src_tokens += float(report["src_tokens"])
+        examples += b
+    report["loss"].numpy()
+    seconds = time.perf_counter() - t0
+    return {
+        "replicas": trainer.strategy.num_replicas_in_sync,
+        "batch_size": cfg.train.batch_size, "vocab": vocab.size,
+        "hidden_dim": cfg.model.hidden_dim, "emb_dim": cfg.model.emb_dim,
+        "pointer_gen": cfg.model.pointer_gen, "coverage": cfg.model.coverage,
+        "steps": steps, "warmup_steps": warmup, "seconds": round(seconds, 2),
+        "steps_per_sec": round(steps / seconds, 3), "sec_per_step": round(seconds / steps, 4),
+        "src_tokens_per_sec": round(src_tokens / seconds, 1),
+        "examples_per_sec": round(examples / seconds, 1),
+        "gflop_per_step": round(flops / steps / 1e9, 3),
+        "achieved_gflops": round(flops / seconds / 1e9, 2),
+        "params": int(np.sum([np.prod(v.shape) for v in trainer.model.trainable_variables])),
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default="tiny")
@@ -74,41 +121,8 @@ def main() -> None:
     else:
         files = synthetic.write_corpus(os.path.join(work, "syn"), seed=0)["train"]
         files = sorted(tf.io.gfile.glob(files))
-    vocab = dataset.build_vocab(files, cfg.data)
-    trainer = Trainer(cfg, ModelDir(work), vocab, files, None, strategy)
-    it = iter(trainer.train_ds)
-
-    def shapes(batch):
-        local = trainer.strategy.experimental_local_results(batch["enc_ids"])
-        dec = trainer.strategy.experimental_local_results(batch["dec_input"])
-        return sum(int(x.shape[0]) for x in local), int(local[0].shape[1]), int(dec[0].shape[1])
-
-    for _ in range(a.warmup):
-        trainer.train_step(next(it))["loss"].numpy()
-    flops, src_tokens, examples = 0.0, 0.0, 0
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        batch = next(it)
-        report = trainer.train_step(batch)
-        b, length, steps = shapes(batch)
-        flops += 3 * forward_flops(cfg.model, vocab.size, b, length, steps)
-        src_tokens += float(report["src_tokens"])
-        examples += b
-    report["loss"].numpy()
-    seconds = time.perf_counter() - t0
-    emit("train_throughput", {
-        "config": a.config, "overrides": a.set, "replicas": trainer.strategy.num_replicas_in_sync,
-        "batch_size": cfg.train.batch_size, "vocab": vocab.size,
-        "hidden_dim": cfg.model.hidden_dim, "emb_dim": cfg.model.emb_dim,
-        "pointer_gen": cfg.model.pointer_gen, "coverage": cfg.model.coverage,
-        "steps": a.steps, "seconds": round(seconds, 2),
-        "steps_per_sec": round(a.steps / seconds, 3), "sec_per_step": round(seconds / a.steps, 4),
-        "src_tokens_per_sec": round(src_tokens / seconds, 1),
-        "examples_per_sec": round(examples / seconds, 1),
-        "gflop_per_step": round(flops / a.steps / 1e9, 3),
-        "achieved_gflops": round(flops / seconds / 1e9, 2),
-        "params": int(np.sum([np.prod(v.shape) for v in trainer.model.trainable_variables])),
-    })
+    result = measure(cfg, files, a.steps, a.warmup, strategy, work)
+    emit("train_throughput", {"config": a.config, "overrides": a.set, **result})
 
 
 if __name__ == "__main__":
