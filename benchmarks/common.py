@@ -44,12 +44,17 @@ def machine() -> dict:
             "python": platform.python_version(), "cpu_flags": cpu_flags()}
 
 
+def result_line(name: str, result: dict) -> str:
+    """The one JSON line a benchmark prints for tools: its name, figures and the machine."""
+    return json.dumps({"benchmark": name, **result, **machine()})
+
+
 def emit(name: str, result: dict) -> None:
     """Prints the figures readably (with the CPU's vector flags), then one JSON line for tools."""
     print(f"  cpu_flags: {cpu_flags()}")
     for k, v in result.items():
         print(f"  {k}: {v}")
-    print(json.dumps({"benchmark": name, **result, **machine()}), flush=True)
+    print(result_line(name, result), flush=True)
 
 
 def articles_from(path: str | None, n: int, model_dir: str | None = None) -> list[str]:

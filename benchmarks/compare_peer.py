@@ -1,0 +1,376 @@
+"""Speed against the reference system (OpenNMT-py, copy attention + coverage): its benchmark
+and this project's on the same corpus in one run, printed as one table of ratios.
+
+    python benchmarks/compare_peer.py --peer_dir PEER --peer_work PEER_WORK --data_dir DATA \
+        [--config reference_onmt] [--set SECTION.KEY=VALUE ...] [--work_dir runs/compare_peer] \
+        [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--matmul_peak] \
+        [--skip_peer | --skip_ours]
+
+PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, onmt-ref.yaml and
+README.md. `PEER/bench.sh PEER_WORK both` runs first (about 25 minutes on 2 cores; its virtual
+environment, tokenized corpus and 1,500-step model stay in PEER_WORK for the next run), then this
+project's half, so the two never share the CPU. The peer's figures are read from its output
+(`parse_peer`); its examples/s is onmt-ref.yaml's batch of sentences over its s/step. DATA holds
+the corpus the peer's setup tokenizes, train.jsonl.gz and validation.jsonl.gz.
+
+This project's half runs at the sizes of --config (a preset or config file; default the
+reference_onmt preset, which matches onmt-ref.yaml) with the --set overrides:
+
+  training  benchmarks/train_throughput.py's `measure`: a fresh model on DATA/train.jsonl.gz,
+            --warmup steps untimed (tracing, the input pipeline filling up), then --steps timed
+            ones (the peer times its steps 150-300). Source tokens are real article tokens
+            (padding not counted), as the peer counts them; parameters are the trainable ones.
+  decoding  a model trained --decode_train_steps steps by `python -m pgn_tf.train` in
+            <work_dir>/decode_model (reused when it already holds that step, as the peer keeps its
+            model) decodes every article of DATA/validation.jsonl.gz with beam 4, batch 64, at
+            most 30 tokens, batches of articles of similar length, as pgn_tf.evaluate decodes
+            (`evaluate.decode_examples`). Timed: the decoding of every batch. Not timed: reading
+            the data, loading the model, and the beam search's first trace and run (one warm-up
+            batch); the peer's figure likewise leaves out its start-up and model load.
+
+--matmul_peak adds the training step's achieved GFLOP/s (train_throughput's analytic count of the
+model's matmuls over the padded batch shapes) as a share of this machine's matmul peak
+(benchmarks/matmul_peak.py, in the training step's compute dtype).
+
+Prints the table (ratio = pgn_tf / OpenNMT-py: above 1, pgn_tf's figure is higher; for s/step
+lower is faster), the CPU's vector flags, the date, then one JSON line. A benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import tensorflow as tf  # noqa: E402
+import yaml  # noqa: E402
+
+from benchmarks import matmul_peak, train_throughput  # noqa: E402
+from benchmarks.common import cpu_flags, result_line  # noqa: E402
+from benchmarks.quality_table import sh  # noqa: E402
+from pgn_tf import config as config_lib  # noqa: E402
+from pgn_tf import evaluate  # noqa: E402
+from pgn_tf.data import dataset  # noqa: E402
+from pgn_tf.errors import UserError, run_cli  # noqa: E402
+from pgn_tf.inference import Summarizer  # noqa: E402
+from pgn_tf.model_dir import ModelDir  # noqa: E402
+
+# The decoding both systems are timed on (bench.sh: -beam_size 4 -batch_size 64 -max_length 30).
+BEAM, BATCH, MAX_TOKENS = 4, 64, 30
+
+# The lines of bench.sh's output: (what the line looks like, its pattern).
+PEER_LINES = {
+    "training": ("peer training: N source tokens/s, S s/step (steps a-b)", re.compile(
+        r"peer training: (?P<src_tokens_per_sec>[\d.]+) source tokens/s, "
+        r"(?P<sec_per_step>[\d.]+) s/step \(steps (?P<first>\d+)-(?P<last>\d+)\)")),
+    "parameters": ("* number of parameters: N (from its training log)",
+                   re.compile(r"number of parameters:\s*(?P<params>[\d,]+)")),
+    "decoding": ("peer decoding: N articles in T s = R articles/s", re.compile(
+        r"peer decoding: (?P<articles>\d+) articles in (?P<seconds>[\d.]+) s = "
+        r"(?P<articles_per_sec>[\d.]+) articles/s")),
+}
+# Which lines each mode of bench.sh prints.
+PEER_MODES = {"train": ("training", "parameters"), "decode": ("decoding",),
+              "both": ("training", "parameters", "decoding")}
+
+# The table's rows: (key in the figures, label).
+ROWS = (
+    ("train_src_tokens_per_sec", "training source tokens/s"),
+    ("train_examples_per_sec", "training examples/s"),
+    ("train_sec_per_step", "training s/step"),
+    ("params", "parameters"),
+    ("decode_articles_per_sec", f"decoding articles/s (beam {BEAM}, batch {BATCH})"),
+    ("decode_mean_tokens", "decoded summary tokens (mean)"),
+)
+
+
+def tail(text: str, lines: int = 25) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def parse_peer(output: str, mode: str = "both") -> dict:
+    """The figures in bench.sh's output: {train_src_tokens_per_sec, train_sec_per_step,
+    train_steps "a-b", params} for mode train, {decode_articles, decode_seconds,
+    decode_articles_per_sec} for decode, all of them for both. Raises UserError naming the
+    lines that are missing, with the output's last lines."""
+    found = {name: PEER_LINES[name][1].search(output) for name in PEER_MODES[mode]}
+    missing = [f"'{PEER_LINES[name][0]}'" for name, m in found.items() if m is None]
+    if missing:
+        raise UserError(f"the reference's bench.sh printed no {' and no '.join(missing)} "
+                        f"line; the last lines of its output:\n{tail(output)}")
+    out: dict = {}
+    if "training" in found:
+        m = found["training"]
+        out.update(train_src_tokens_per_sec=float(m["src_tokens_per_sec"]),
+                   train_sec_per_step=float(m["sec_per_step"]),
+                   train_steps=f"{m['first']}-{m['last']}")
+    if "parameters" in found:
+        out["params"] = int(found["parameters"]["params"].replace(",", ""))
+    if "decoding" in found:
+        m = found["decoding"]
+        out.update(decode_articles=int(m["articles"]), decode_seconds=float(m["seconds"]),
+                   decode_articles_per_sec=float(m["articles_per_sec"]))
+    return out
+
+
+def peer_batch_size(peer_dir: str) -> int | None:
+    """onmt-ref.yaml's batch size when it counts sentences (examples), else None."""
+    path = os.path.join(peer_dir, "onmt-ref.yaml")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        ref = yaml.safe_load(f) or {}
+    if ref.get("batch_type", "sents") != "sents" or "batch_size" not in ref:
+        return None
+    return int(ref["batch_size"])
+
+
+def mean_tokens(path: str) -> float | None:
+    """Mean whitespace tokens a line of a file of decoded summaries (None without the file)."""
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        counts = [len(line.split()) for line in f]
+    return round(sum(counts) / len(counts), 2) if counts else None
+
+
+def run_peer(peer_dir: str, peer_work: str, mode: str = "both") -> dict:
+    """Runs `bench.sh PEER_WORK mode`, echoing its output, and returns its parsed figures."""
+    bench = os.path.join(peer_dir, "bench.sh")
+    print(f"== the reference: bash {bench} {peer_work} {mode}", flush=True)
+    proc = subprocess.Popen(["bash", bench, peer_work, mode], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:
+        print("  peer | " + line, end="", flush=True)
+        lines.append(line)
+    output = "".join(lines)
+    if proc.wait():
+        raise UserError(f"{bench} exited with status {proc.returncode}; the last lines of its "
+                        f"output:\n{tail(output)}")
+    figures = parse_peer(output, mode)
+    batch = peer_batch_size(peer_dir)
+    if batch and "train_sec_per_step" in figures:
+        figures["train_examples_per_sec"] = round(batch / figures["train_sec_per_step"], 1)
+    tokens = mean_tokens(os.path.join(peer_work, "run", "valid.pred.txt"))
+    if tokens is not None:
+        figures["decode_mean_tokens"] = tokens
+    return figures
+
+
+def our_training(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
+                 peak: bool) -> dict:
+    """train_throughput.measure in a throw-away model dir; with `peak`, the share of the matmul
+    peak its FLOP count reaches."""
+    print(f"== pgn_tf training: {warmup} warm-up + {steps} timed steps", flush=True)
+    with tempfile.TemporaryDirectory(prefix="compare_peer-") as tmp:
+        result = train_throughput.measure(cfg, files, steps, warmup, work_dir=tmp)
+    if peak:
+        dtype = tf.bfloat16 if "bfloat16" in str(result["precision"]) else tf.float32
+        best = max(matmul_peak.gflops(n, dtype, seconds=3.0) for n in (1024, 2048))
+        result.update(matmul_dtype=dtype.name, matmul_peak_gflops=round(best, 1),
+                      share_of_matmul_peak=round(result["achieved_gflops_real_tokens"] / best, 3))
+    return result
+
+
+def check_decode_model(cfg_name: str, cfg: config_lib.Config, model_dir: str,
+                       steps: int) -> str | None:
+    """The kept decoding model's checkpoint at `steps`, or None when it has to be trained (or
+    continued) to it; UserError when the kept model is of another configuration or longer
+    trained."""
+    mdir = ModelDir(model_dir)
+    if mdir.has_config():
+        kept = mdir.read_config()
+        if (kept.model, kept.data) != (cfg.model, cfg.data):
+            raise UserError(f"{model_dir} holds a model of another configuration than "
+                            f"--config {cfg_name} with these --set values; give another "
+                            f"--work_dir or delete it")
+    latest = mdir.latest_checkpoint()
+    done = int(latest.rsplit("-", 1)[1]) if latest else 0
+    if done > steps:
+        raise UserError(f"{model_dir} holds a model trained {done} steps, more than "
+                        f"--decode_train_steps {steps}; give another --work_dir or delete it")
+    return latest if done == steps else None
+
+
+def decode_model(cfg_name: str, overrides: list[str], cfg: config_lib.Config, train_data: str,
+                 model_dir: str, steps: int) -> str:
+    """<model_dir> trained `steps` steps (no validation, as the peer trains), reused when its
+    latest checkpoint is at that step, continued when it is before; returns that checkpoint."""
+    kept = check_decode_model(cfg_name, cfg, model_dir, steps)
+    if kept:
+        print(f"== pgn_tf decoding model: reusing {kept}", flush=True)
+        return kept
+    log = os.path.join(os.path.dirname(os.path.abspath(model_dir)), "decode_model_train.log")
+    print(f"== pgn_tf decoding model: training {steps} steps in {model_dir} (log: {log})",
+          flush=True)
+    sets = [*overrides, f"train.max_steps={steps}", "train.max_minutes=0"]
+    try:
+        sh(["-m", "pgn_tf.train", "--config", cfg_name, "--train_data", train_data,
+            "--model_dir", model_dir, "--quiet", *sum((["--set", s] for s in sets), [])], log)
+    except RuntimeError as e:
+        raise UserError(str(e)) from None
+    return ModelDir(model_dir).latest_checkpoint()
+
+
+def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: str) -> dict:
+    """Beam-BEAM decoding of every article of `data` in batches of BATCH, at most MAX_TOKENS
+    tokens, by `checkpoint` of model_dir; the decode section otherwise from cfg (the module
+    docstring says what is timed)."""
+    examples = evaluate.read_split(data, None, None)
+    summarizer = Summarizer.from_model_dir(model_dir, checkpoint)
+    summarizer.cfg.decode = dataclasses.replace(
+        cfg.decode, beam_size=BEAM, batch_size=BATCH, max_dec_steps=MAX_TOKENS,
+        min_dec_steps=min(cfg.decode.min_dec_steps, MAX_TOKENS))
+    summarizer.cfg.validate()
+    print(f"== pgn_tf decoding: {len(examples)} articles, beam {BEAM}, batch {BATCH}, "
+          f"at most {MAX_TOKENS} tokens", flush=True)
+    fn = evaluate.decode_fn(summarizer, BEAM, want_pgen=False)
+    t0 = time.perf_counter()
+    fn(tf.constant([e.article for e in examples[:BATCH]]))["length"].numpy()
+    warmup = time.perf_counter() - t0
+    cpu0 = time.process_time()
+    tokens, _, seconds, _ = evaluate.decode_examples(summarizer, examples, BATCH, BEAM,
+                                                     want_pgen=False, verbose=0, fn=fn)
+    cpu = time.process_time() - cpu0
+    return {
+        "articles": len(examples), "seconds": round(seconds, 2),
+        "articles_per_sec": round(len(examples) / seconds, 2),
+        "cpu_ms_per_article": round(1000 * cpu / len(examples), 2),
+        "mean_tokens": round(sum(len(t) for t in tokens) / len(tokens), 2),
+        "warmup_seconds": round(warmup, 2), "min_dec_steps": summarizer.cfg.decode.min_dec_steps,
+    }
+
+
+def ours(a, cfg: config_lib.Config) -> dict:
+    """This project's figures (the keys of ROWS) and the measurements behind them."""
+    train_data = os.path.join(a.data_dir, "train.jsonl.gz")
+    model_dir = os.path.join(a.work_dir, "decode_model")
+    # The TFRecord cache of the decoding model's dir: converted once, read by both halves.
+    files = dataset.resolve_files(train_data, ModelDir(model_dir).cache_dir)
+    training = our_training(cfg, files, a.steps, a.warmup, a.matmul_peak)
+    checkpoint = decode_model(a.config, a.set, cfg, train_data, model_dir, a.decode_train_steps)
+    decoding = our_decoding(cfg, model_dir, checkpoint,
+                            os.path.join(a.data_dir, "validation.jsonl.gz"))
+    figures = {
+        "train_src_tokens_per_sec": training["src_tokens_per_sec"],
+        "train_examples_per_sec": training["examples_per_sec"],
+        "train_sec_per_step": training["sec_per_step"], "params": training["params"],
+        "decode_articles_per_sec": decoding["articles_per_sec"],
+        "decode_mean_tokens": decoding["mean_tokens"],
+    }
+    return {"figures": figures, "training": training, "decoding": decoding}
+
+
+def fmt(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if abs(value) >= 100:
+        return f"{value:,.1f}"
+    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
+
+
+def ratios(mine: dict, peer: dict) -> dict:
+    """{row key: pgn_tf / OpenNMT-py} where both have the figure."""
+    return {key: round(mine[key] / peer[key], 3) for key, _ in ROWS
+            if mine.get(key) is not None and peer.get(key)}
+
+
+def table(mine: dict, peer: dict, ratio: dict) -> str:
+    width = max(len(label) for _, label in ROWS)
+    lines = [f"{'':{width}}  {'pgn_tf':>12}  {'OpenNMT-py':>12}  {'ratio':>7}"]
+    for key, label in ROWS:
+        r = f"{ratio[key]:.2f}x" if key in ratio else "-"
+        lines.append(f"{label:{width}}  {fmt(mine.get(key)):>12}  {fmt(peer.get(key)):>12}  "
+                     f"{r:>7}")
+    return "\n".join(lines)
+
+
+def run(a) -> dict:
+    try:
+        cfg = config_lib.resolve(a.config, a.set)
+    except ValueError as e:
+        raise UserError(f"--config {a.config}: {e}; give a preset or config file at the "
+                        f"sizes of the reference's onmt-ref.yaml") from None
+    if not a.skip_peer and not os.path.isfile(os.path.join(a.peer_dir, "bench.sh")):
+        raise UserError(f"--peer_dir {a.peer_dir} holds no bench.sh")
+    if not a.skip_ours:
+        for name in ("train.jsonl.gz", "validation.jsonl.gz"):
+            if not os.path.isfile(os.path.join(a.data_dir, name)):
+                raise UserError(f"--data_dir {a.data_dir} holds no {name}")
+        check_decode_model(a.config, cfg, os.path.join(a.work_dir, "decode_model"),
+                           a.decode_train_steps)
+    peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work))
+    mine = {"figures": {}} if a.skip_ours else ours(a, cfg)
+    ratio = ratios(mine["figures"], peer)
+    date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    print(f"\n== pgn_tf (--config {a.config}) vs OpenNMT-py (the reference's bench.sh)")
+    print(table(mine["figures"], peer, ratio))
+    if "training" in mine and "share_of_matmul_peak" in mine["training"]:
+        t = mine["training"]
+        print(f"pgn_tf training: {t['achieved_gflops_real_tokens']} GFLOP/s on real tokens = "
+              f"{100 * t['share_of_matmul_peak']:.0f}% of the {t['matmul_dtype']} matmul peak "
+              f"({t['matmul_peak_gflops']} GFLOP/s)")
+    n_ours, n_peer = mine.get("decoding", {}).get("articles"), peer.get("decode_articles")
+    if n_ours and n_peer and n_ours != n_peer:
+        print(f"note: the reference decoded {n_peer} articles, pgn_tf {n_ours}: not the same "
+              f"validation file?")
+    print(f"cpu_flags: {cpu_flags()}")
+    print(f"date: {date}")
+    result = {"config": a.config, "overrides": a.set, "date": date,
+              "decode": {"beam": BEAM, "batch": BATCH, "max_tokens": MAX_TOKENS,
+                         "train_steps": a.decode_train_steps},
+              "pgn_tf": {k: v for k, v in mine.items() if k != "figures"},
+              "peer": peer, "ratios": ratio}
+    print(result_line("compare_peer", result), flush=True)
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--peer_dir", help="the directory holding the reference system's bench.sh")
+    p.add_argument("--peer_work", help="bench.sh's work dir (its venv, data and model are kept)")
+    p.add_argument("--data_dir", help="the directory holding train.jsonl.gz and "
+                   "validation.jsonl.gz")
+    p.add_argument("--config", default="reference_onmt",
+                   help="this project's preset or config file at the reference sizes")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
+    p.add_argument("--work_dir", default="runs/compare_peer",
+                   help="this project's decoding model (kept and reused) and logs")
+    p.add_argument("--steps", type=int, default=150, help="timed training steps")
+    p.add_argument("--warmup", type=int, default=20, help="untimed training steps before them")
+    p.add_argument("--decode_train_steps", type=int, default=1500,
+                   help="training steps of the model that decoding is timed on")
+    p.add_argument("--matmul_peak", action="store_true",
+                   help="the training step's GFLOP/s as a share of this machine's matmul peak")
+    p.add_argument("--skip_peer", action="store_true", help="only this project's half")
+    p.add_argument("--skip_ours", action="store_true", help="only the reference's half")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.skip_peer and a.skip_ours:
+        p.error("--skip_peer and --skip_ours leave nothing to run")
+    if not a.skip_peer and not (a.peer_dir and a.peer_work):
+        p.error("--peer_dir and --peer_work are required unless --skip_peer")
+    if not a.skip_ours and not a.data_dir:
+        p.error("--data_dir is required unless --skip_ours")
+    if a.steps < 1 or a.warmup < 0 or a.decode_train_steps < 1:
+        p.error("--steps and --decode_train_steps must be positive, --warmup not negative")
+    return run_cli("compare_peer", run, a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
