@@ -410,7 +410,8 @@ def reference_onmt() -> Config:
     embeddings (one table, as See et al.), a 20k vocab, batch 32, articles cut to 100 tokens and
     summaries to 30, Adagrad 0.15 (accumulator 0.1, global-norm clip 2); decoding with beam 4,
     batch 64, at most 30 tokens and no minimum. 8,867,873 parameters
-    (tests/models/test_pointer_generator.py)."""
+    (tests/models/test_pointer_generator.py); OpenNMT-py's 11,478,049 hold a second 20,000 x
+    128 embedding table (one per side): without it, 8,918,049, within 0.6%."""
     cfg = see2017_coverage()
     cfg.data.vocab_size = 20_000
     cfg.data.max_enc_steps = 100
