@@ -29,7 +29,7 @@ reference_onmt preset, which matches onmt-ref.yaml) with the --set overrides:
             batch); the peer's figure likewise leaves out its start-up and model load.
 
 --matmul_peak adds the training step's achieved GFLOP/s (train_throughput's analytic count of the
-model's matmuls over the padded batch shapes) as a share of this machine's matmul peak
+model's matmuls on real tokens, padding not counted) as a share of this machine's matmul peak
 (benchmarks/matmul_peak.py, in the training step's compute dtype).
 
 Prints the table (ratio = pgn_tf / OpenNMT-py: above 1, pgn_tf's figure is higher; for s/step
