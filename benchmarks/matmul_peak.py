@@ -20,17 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import emit  # noqa: E402
-
-
-def cpu_flags() -> set[str]:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+from pgn_tf import hardware  # noqa: E402
 
 
 def gflops(n: int, dtype: tf.DType, seconds: float, repeats: int = 8) -> float:
@@ -59,7 +49,7 @@ def main() -> None:
     p.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     p.add_argument("--seconds", type=float, default=3.0)
     a = p.parse_args()
-    flags = cpu_flags()
+    flags = hardware.cpu_flags() or frozenset()
     gpu = bool(tf.config.list_physical_devices("GPU"))
     dtypes = [tf.float32]
     if gpu or flags & {"avx512_bf16", "amx_bf16"}:

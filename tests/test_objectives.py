@@ -88,6 +88,22 @@ def test_reference_ids_drop_stop_and_unk():
     assert n.numpy().tolist() == [2, 4] and ref.numpy()[0, 1] == -1
 
 
+def teacher_forced_batch(f: dict, sampled: dict, steps: int) -> dict:
+    """f with the sampled sequence as its summary, for teacher forcing over y^s: inputs
+    [START] y_1 .., targets y_1 .. [STOP] (when the sample stopped within `steps`)."""
+    ids, n = sampled["ids"].numpy(), sampled["length"].numpy()
+    stopped = sampled["step_log_probs"].numpy()[np.arange(B), np.minimum(n, steps - 1)] != 0
+    tgt = np.zeros((B, steps), np.int32)
+    for i in range(B):
+        tgt[i, : n[i]] = ids[i, : n[i]]
+        if stopped[i] and n[i] < steps:
+            tgt[i, n[i]] = STOP_ID
+    dec_len = (n + (stopped & (n < steps))).astype(np.int32)
+    dec_in = np.concatenate([np.full((B, 1), 2), tgt[:, :-1]], 1)
+    return dict(f, dec_input=tf.constant(dec_in), target=tf.constant(tgt),
+                dec_len=tf.constant(dec_len))
+
+
 @pytest.mark.parametrize("make", [
     lambda: PointerGenerator(V, 6, 4, coverage=True),
     lambda: DeepReinforced(V, hidden_dim=4, emb_dim=3, sample_replace_prob=0.0),
@@ -103,18 +119,8 @@ def test_self_critical_term_equals_advantage_times_teacher_forced_log_prob(make)
     from pgn_tf.decoding import sampling
 
     sampled = sampling.search(step_fn, state, b, 6, 2, STOP_ID, min_steps=0, seed=3)
-    ids, n = sampled["ids"].numpy(), sampled["length"].numpy()
-    stopped = sampled["step_log_probs"].numpy()[np.arange(B), np.minimum(n, 5)] != 0
-    # Teacher forcing over y^s: inputs [START] y_1.., targets y_1.. [STOP] (when it stopped).
-    tgt = np.zeros((B, 6), np.int32)
-    for i in range(B):
-        tgt[i, : n[i]] = ids[i, : n[i]]
-        if stopped[i] and n[i] < 6:
-            tgt[i, n[i]] = STOP_ID
-    dec_len = n + (stopped & (n < 6))
-    dec_in = np.concatenate([np.full((B, 1), 2), tgt[:, :-1]], 1)
-    tf_batch = dict(f, dec_input=tf.constant(dec_in), target=tf.constant(tgt),
-                    dec_len=tf.constant(dec_len.astype(np.int32)))
+    tf_batch = teacher_forced_batch(f, sampled, 6)
+    dec_len = tf_batch["dec_len"]
     tf_log_p = objectives.sequence_nll(
         model.token_log_probs(tf_batch, model(tf_batch, training=False)), dec_len, "sum")
     np.testing.assert_allclose(-tf_log_p.numpy(), sampled["step_log_probs"].numpy().sum(1),
@@ -197,16 +203,7 @@ def test_the_policy_gradient_equals_the_teacher_forced_gradient(make):
         sampled = sampling.search(step_fn, state, b, 6, 2, STOP_ID, seed=3, return_stats=True)
         total = tf.reduce_sum(sampled["step_log_probs"])
     through_search = tape.gradient(total, model.trainable_variables)
-    ids, n = sampled["ids"].numpy(), sampled["length"].numpy()
-    stopped = sampled["step_log_probs"].numpy()[np.arange(B), np.minimum(n, 5)] != 0
-    tgt = np.zeros((B, 6), np.int32)
-    for i in range(B):
-        tgt[i, : n[i]] = ids[i, : n[i]]
-        if stopped[i] and n[i] < 6:
-            tgt[i, n[i]] = STOP_ID
-    dec_len = (n + (stopped & (n < 6))).astype(np.int32)
-    batch = dict(f, dec_input=tf.constant(np.concatenate([np.full((B, 1), 2), tgt[:, :-1]], 1)),
-                 target=tf.constant(tgt), dec_len=tf.constant(dec_len))
+    batch = teacher_forced_batch(f, sampled, 6)
     with tf.GradientTape() as tape:
         log_p = model.token_log_probs(batch, model(batch, training=False))
         total_tf = -tf.reduce_sum(objectives.sequence_nll(log_p, batch["dec_len"], "sum"))
