@@ -286,8 +286,8 @@ class Trainer:
             examples = list(itertools.islice(records, t.eval_rouge_skip,
                                              t.eval_rouge_skip + t.eval_rouge_examples))
             if not examples:
-                raise ValueError(f"train.eval_rouge_skip={t.eval_rouge_skip} skips every "
-                                 "validation example: nothing is left to select by ROUGE")
+                raise UserError(f"train.eval_rouge_skip={t.eval_rouge_skip} skips every "
+                                "validation example: nothing is left to select by ROUGE")
             refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
             summarizer = Summarizer(self.model, self.vocab, self.cfg)
             fn = evaluate.decode_fn(summarizer, None, want_pgen=False)

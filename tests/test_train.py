@@ -276,6 +276,18 @@ def test_rouge_selection_and_early_stopping(tmp_path, corpus):
     assert best["value"] == result["eval_rougeLsum"] and "eval_rouge1" in result
 
 
+def test_selection_pairs_past_the_validation_set_are_one_line_error(tmp_path, corpus):
+    """train.eval_rouge_skip leaves the first validation pairs to scoring; skipping all of them
+    leaves nothing to select by and says so, before any training step."""
+    code, out, err = train_in_process(
+        tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],
+        "--set", "train.select_by=rouge", "--set", "train.eval_rouge_skip=100000",
+        "--set", "train.max_steps=2", "--set", "train.eval_samples=0")
+    assert code != 0
+    assert "train.eval_rouge_skip=100000 skips every validation example" in err
+    assert "Traceback" not in err and not (tmp_path / "ckpt").exists()
+
+
 def test_a_locked_model_dir_and_a_corrupt_record_are_one_line_errors(tmp_path, corpus):
     """A second writer is refused naming the holder's pid; a record whose checksum fails in the
     middle of training stops the run with one line naming the file and byte offset."""
