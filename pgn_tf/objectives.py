@@ -27,6 +27,7 @@ import tensorflow as tf
 
 from pgn_tf import rewards
 from pgn_tf.decoding import greedy, sampling
+from pgn_tf.layers import pointer
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
 
 _NEG = -1e30
@@ -75,8 +76,7 @@ def switch_supervised_log_probs(outputs: dict, batch: dict, vocab_size: int) -> 
     logits = tf.cast(outputs["logits"], tf.float32)
     z = tf.cast(outputs["p_gen_logit"], tf.float32)
     in_vocab = target < vocab_size
-    tgt_logit = tf.gather(logits, tf.minimum(target, vocab_size - 1), batch_dims=2)
-    log_vocab = tf.math.log_sigmoid(z) + tgt_logit - tf.reduce_logsumexp(logits, axis=-1)
+    log_vocab = tf.math.log_sigmoid(z) + pointer.vocab_log_prob(logits, target)
     ext = tf.cast(batch["enc_ext_ids"], tf.int32)  # [B, L]
     hit = tf.equal(ext[:, None, :], target[:, :, None])  # [B, T, L]
     first = tf.argmax(tf.cast(hit, tf.int32), axis=-1, output_type=tf.int32)  # [B, T]
