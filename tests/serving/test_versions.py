@@ -83,7 +83,9 @@ def test_twenty_swaps_under_load_keep_memory_and_threads_flat(heavy_tiny_model, 
     assert not failures, failures[:3]
     assert answered[0] > 20
     (rss6, threads6, queues6), (rss21, threads21, queues21) = marks[6], marks[21]
-    assert threads21 == threads6, (threads6, threads21)
+    # A thread kept per version would add 15; gRPC and waitress may have one request worker
+    # more or fewer alive at the instant of either count.
+    assert threads21 - threads6 <= 2, (threads6, threads21)
     assert queues21 <= 1 and queues6 <= 1  # only the serving version's queue
     assert rss21 - rss6 < 3 * 16, (rss6, rss21)  # 15 swaps; a leak would add 240 MB
     gc.collect()
