@@ -4,7 +4,7 @@ and this project's on the same corpus in one run, printed as one table of ratios
     python benchmarks/compare_peer.py --peer_dir PEER --peer_work PEER_WORK --data_dir DATA \
         [--config reference_onmt] [--set SECTION.KEY=VALUE ...] [--work_dir runs/compare_peer] \
         [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--matmul_peak] \
-        [--skip_peer | --skip_ours]
+        [--variant NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...] ...] [--skip_peer | --skip_ours]
 
 PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, onmt-ref.yaml and
 README.md. `PEER/bench.sh PEER_WORK both` runs first (about 25 minutes on 2 cores; its virtual
@@ -27,6 +27,12 @@ reference_onmt preset, which matches onmt-ref.yaml) with the --set overrides:
             (`evaluate.decode_examples`). Timed: the decoding of every batch. Not timed: reading
             the data, loading the model, and the beam search's first trace and run (one warm-up
             batch); the peer's figure likewise leaves out its start-up and model load.
+
+--variant (repeatable) adds one more training measurement of this project, the --set overrides
+plus the variant's, in the same run after the default's: e.g. `--variant
+xla:train.jit_compile=true`. Its row gives its source tokens/s, its ratio to the reference and its
+ratio to this project's default, which is how a speed switch is kept or dropped. Variants are
+timed for training only (decoding is timed on the default's model).
 
 --matmul_peak adds the training step's achieved GFLOP/s (train_throughput's analytic count of the
 model's matmuls on real tokens, padding not counted) as a share of this machine's matmul peak
@@ -90,6 +96,18 @@ ROWS = (
     ("decode_articles_per_sec", f"decoding articles/s (beam {BEAM}, batch {BATCH})"),
     ("decode_mean_tokens", "decoded summary tokens (mean)"),
 )
+
+
+def parse_variant(text: str) -> tuple[str, list[str]]:
+    """"NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...]" -> (NAME, the overrides); UserError when
+    it is not of that form."""
+    name, sep, sets = text.partition(":")
+    overrides = [x.strip() for x in sets.split(",") if x.strip()]
+    if not sep or not name.strip() or not overrides or not all(
+            "=" in x and "." in x.split("=", 1)[0] for x in overrides):
+        raise UserError(f"--variant {text!r}: expected NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE"
+                        f"...], e.g. xla:train.jit_compile=true")
+    return name.strip(), overrides
 
 
 def tail(text: str, lines: int = 25) -> str:
@@ -257,6 +275,10 @@ def ours(a, cfg: config_lib.Config) -> dict:
     # The TFRecord cache of the decoding model's dir: converted once, read by both halves.
     files = dataset.resolve_files(train_data, ModelDir(model_dir).cache_dir)
     training = our_training(cfg, files, a.steps, a.warmup, a.matmul_peak)
+    variants = {}
+    for name, overrides, variant_cfg in a.variant_cfgs:
+        print(f"== pgn_tf training, variant {name}: {' '.join(overrides)}", flush=True)
+        variants[name] = our_training(variant_cfg, files, a.steps, a.warmup, False)
     checkpoint = decode_model(a.config, a.set, cfg, train_data, model_dir, a.decode_train_steps)
     decoding = our_decoding(cfg, model_dir, checkpoint,
                             os.path.join(a.data_dir, "validation.jsonl.gz"))
@@ -267,7 +289,8 @@ def ours(a, cfg: config_lib.Config) -> dict:
         "decode_articles_per_sec": decoding["articles_per_sec"],
         "decode_mean_tokens": decoding["mean_tokens"],
     }
-    return {"figures": figures, "training": training, "decoding": decoding}
+    return {"figures": figures, "training": training, "decoding": decoding,
+            "variants": variants}
 
 
 def fmt(value) -> str:
@@ -296,12 +319,36 @@ def table(mine: dict, peer: dict, ratio: dict) -> str:
     return "\n".join(lines)
 
 
+def variant_table(variants: dict, default: dict, peer: dict) -> str:
+    """One line per variant: its training source tokens/s, and its ratios to the reference's
+    and to this project's default."""
+    lines = []
+    for name, t in variants.items():
+        vs_peer = peer.get("train_src_tokens_per_sec")
+        r_peer = f"{t['src_tokens_per_sec'] / vs_peer:.2f}x the reference" if vs_peer else ""
+        lines.append(f"variant {name}: {fmt(t['src_tokens_per_sec'])} source tokens/s, "
+                     f"{t['sec_per_step']} s/step ({t['precision']}), "
+                     f"{t['src_tokens_per_sec'] / default['src_tokens_per_sec']:.2f}x the "
+                     f"default {r_peer}".rstrip())
+    return "\n".join(lines)
+
+
 def run(a) -> dict:
     try:
         cfg = config_lib.resolve(a.config, a.set)
     except ValueError as e:
         raise UserError(f"--config {a.config}: {e}; give a preset or config file at the "
                         f"sizes of the reference's onmt-ref.yaml") from None
+    a.variant_cfgs = []
+    for text in a.variant:
+        name, overrides = parse_variant(text)
+        if name in [v[0] for v in a.variant_cfgs]:
+            raise UserError(f"--variant {text}: the name {name!r} is given twice")
+        try:
+            a.variant_cfgs.append((name, overrides,
+                                   config_lib.resolve(a.config, [*a.set, *overrides])))
+        except ValueError as e:
+            raise UserError(f"--variant {text}: {e}") from None
     if not a.skip_peer and not os.path.isfile(os.path.join(a.peer_dir, "bench.sh")):
         raise UserError(f"--peer_dir {a.peer_dir} holds no bench.sh")
     if not a.skip_ours:
@@ -321,6 +368,8 @@ def run(a) -> dict:
         print(f"pgn_tf training: {t['achieved_gflops_real_tokens']} GFLOP/s on real tokens = "
               f"{100 * t['share_of_matmul_peak']:.0f}% of the {t['matmul_dtype']} matmul peak "
               f"({t['matmul_peak_gflops']} GFLOP/s)")
+    if mine.get("variants"):
+        print(variant_table(mine["variants"], mine["training"], peer))
     n_ours, n_peer = mine.get("decoding", {}).get("articles"), peer.get("decode_articles")
     if n_ours and n_peer and n_ours != n_peer:
         print(f"note: the reference decoded {n_peer} articles, pgn_tf {n_ours}: not the same "
@@ -353,6 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training steps of the model that decoding is timed on")
     p.add_argument("--matmul_peak", action="store_true",
                    help="the training step's GFLOP/s as a share of this machine's matmul peak")
+    p.add_argument("--variant", action="append", default=[],
+                   metavar="NAME:SECTION.KEY=VALUE[,...]",
+                   help="one more training measurement with these overrides (repeatable)")
     p.add_argument("--skip_peer", action="store_true", help="only this project's half")
     p.add_argument("--skip_ours", action="store_true", help="only the reference's half")
     return p

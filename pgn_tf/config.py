@@ -392,11 +392,18 @@ def debian_paulus() -> Config:
 
 
 def debian_abs() -> Config:
-    """Rush et al.'s ABS (attention encoder) with H = 256, D = 128, 60 minutes; SGD at 0.2 with
-    norm-5 clipping, a faster rate than the paper's 0.05 for an hour's budget (not tuned)."""
+    """Rush et al.'s ABS (attention encoder) with H = 256, D = 128, 60 minutes.
+
+    Not the paper's, forced by a time budget: Adam at 1e-3 decaying on a cosine to 1e-4 over
+    the budget (no per-epoch halving) instead of SGD at 0.05. In 4-minute pilots with the
+    attention encoder the eval NLL per summary reached 35.49 with Adam against 37.54 with SGD
+    at 0.2 (README "Quality"); norm-5 clipping kept."""
     cfg = _debian(rush2015_abs(), 60)
     cfg.model.hidden_dim, cfg.model.emb_dim = 256, 128
-    cfg.train.learning_rate = 0.2
+    cfg.train.optimizer = "adam"
+    cfg.train.learning_rate = 1e-3
+    cfg.train.lr_schedule = "cosine"
+    cfg.train.lr_halving = "none"
     cfg.train.max_grad_norm = 5.0
     cfg.train.batch_size = 64
     cfg.decode.beam_size = 4

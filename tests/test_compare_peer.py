@@ -49,3 +49,35 @@ def test_the_peer_examples_per_second_come_from_its_batch_of_sentences(tmp_path)
     assert compare_peer.peer_batch_size(str(tmp_path)) == 32
     (tmp_path / "onmt-ref.yaml").write_text("batch_size: 4096\nbatch_type: tokens\n")
     assert compare_peer.peer_batch_size(str(tmp_path)) is None
+
+
+def test_a_variant_is_a_name_and_its_overrides():
+    assert compare_peer.parse_variant("xla:train.jit_compile=true") == (
+        "xla", ["train.jit_compile=true"])
+    assert compare_peer.parse_variant(" both : data.cache_tokens=true, train.jit_compile=true") \
+        == ("both", ["data.cache_tokens=true", "train.jit_compile=true"])
+    for bad in ("train.jit_compile=true", "xla:", ":train.jit_compile=true", "xla:jit=true",
+                "xla:train.jit_compile"):
+        with pytest.raises(UserError, match="expected NAME:SECTION.KEY=VALUE"):
+            compare_peer.parse_variant(bad)
+
+
+def test_a_bad_variant_stops_the_run_before_anything_is_timed(tmp_path, capsys):
+    args = ["--skip_peer", "--data_dir", str(tmp_path), "--config", "tiny",
+            "--work_dir", str(tmp_path / "w")]
+    assert compare_peer.main([*args, "--variant", "x:train.no_such_key=1"]) != 0
+    assert "--variant x:train.no_such_key=1" in capsys.readouterr().err
+    assert compare_peer.main([*args, "--variant", "x:train.jit_compile=true",
+                              "--variant", "x:data.cache_tokens=true"]) != 0
+    assert "given twice" in capsys.readouterr().err
+    assert not (tmp_path / "w").exists()
+
+
+def test_the_variant_lines_give_ratios_to_the_default_and_the_reference():
+    default = {"src_tokens_per_sec": 2000.0}
+    variants = {"xla": {"src_tokens_per_sec": 3000.0, "sec_per_step": 0.5,
+                        "precision": "float32"}}
+    line = compare_peer.variant_table(variants, default, {"train_src_tokens_per_sec": 6000.0})
+    assert line == ("variant xla: 3,000.0 source tokens/s, 0.5 s/step (float32), 1.50x the "
+                    "default 0.50x the reference")
+    assert compare_peer.variant_table(variants, default, {}).endswith("1.50x the default")
