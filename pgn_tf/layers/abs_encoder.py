@@ -50,11 +50,21 @@ class ABSEncoder(keras.layers.Layer):
         self.conv_layers = conv_layers
         self.f = keras.layers.Embedding(vocab_size, hidden_dim, name="F")
         if kind == "conv":
-            self.convs = [keras.layers.Conv1D(hidden_dim, 2 * smoothing + 1, padding="same",
-                                              name=f"Q{i + 1}") for i in range(conv_layers)]
+            # One attribute a layer: a Python list of layers is invisible to tf.train.Checkpoint
+            # (Keras 3 wraps it in a list type TF's tracking does not walk), so a checkpoint
+            # restored into the model alone would leave the convolutions at their random
+            # initialisation (tests/test_checkpoints.py checks every model's variables).
+            for i in range(conv_layers):
+                setattr(self, f"q{i + 1}", keras.layers.Conv1D(
+                    hidden_dim, 2 * smoothing + 1, padding="same", name=f"Q{i + 1}"))
         if kind == "attention":
             self.g = keras.layers.Embedding(vocab_size, emb_dim, name="G")
             self.p = keras.layers.Dense(hidden_dim, use_bias=False, name="P")
+
+    @property
+    def convs(self) -> list:
+        """The convolutional encoder's layers Q^1..Q^L (eq. 7)."""
+        return [getattr(self, f"q{i + 1}") for i in range(self.conv_layers)]
 
     def build(self, input_shape=None):
         self.f.build((None,))
