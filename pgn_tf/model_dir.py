@@ -130,7 +130,14 @@ def restore_model(model, path: str) -> None:
     names = {n for n, _ in tf.train.list_variables(path)}
     if not any("attention/w_c" in n for n in names) and getattr(model, "coverage", False):
         return  # converted: w_c keeps its zeros; everything else was matched above
-    status.assert_existing_objects_matched()
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError:
+        raise UserError(
+            f"{path} does not hold every weight of this model: it was written for another "
+            f"architecture, or by a version of pgn_tf whose model it does not match (a "
+            f"convolutional ABS encoder trained before its layers were checkpointed, README "
+            f"\"Rush et al.'s ABS, re-run\"); retrain it") from None
 
 
 def checkpoint_embedding_rows(path: str) -> int | None:

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
+from pgn_tf.errors import UserError
 from pgn_tf.model_dir import restore_model
 from pgn_tf.models import build_model
 
@@ -64,3 +65,15 @@ def test_a_restored_model_has_every_trained_weight_and_the_same_outputs(name, tm
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
     np.testing.assert_allclose(fresh.token_log_probs(f, fresh(f)).numpy(), out.numpy(),
                                rtol=1e-6, atol=1e-6)
+
+
+def test_a_checkpoint_that_lacks_some_of_the_model_is_a_clear_error(tmp_path):
+    """The convolutions' checkpoints before the fix, or another encoder's: one error line."""
+    f = features()
+    bow = build_model(tiny("rush2015_abs", abs_encoder="bow"), V)
+    bow(f)
+    path = tf.train.Checkpoint(model=bow).save(str(tmp_path / "ckpt"))
+    conv = build_model(tiny("rush2015_abs", abs_encoder="conv"), V)
+    conv(f)
+    with pytest.raises(UserError, match="does not hold every weight of this model"):
+        restore_model(conv, path)
