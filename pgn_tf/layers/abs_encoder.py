@@ -53,7 +53,7 @@ class ABSEncoder(keras.layers.Layer):
             # One attribute a layer: a Python list of layers is invisible to tf.train.Checkpoint
             # (Keras 3 wraps it in a list type TF's tracking does not walk), so a checkpoint
             # restored into the model alone would leave the convolutions at their random
-            # initialisation (tests/test_checkpoints.py checks every model's variables).
+            # initialisation (tests/models/test_checkpoint_restore.py checks every model).
             for i in range(conv_layers):
                 setattr(self, f"q{i + 1}", keras.layers.Conv1D(
                     hidden_dim, 2 * smoothing + 1, padding="same", name=f"Q{i + 1}"))
