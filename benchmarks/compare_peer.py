@@ -191,6 +191,9 @@ def our_training(cfg: config_lib.Config, files: list[str], steps: int, warmup: i
     print(f"== pgn_tf training: {warmup} warm-up + {steps} timed steps", flush=True)
     with tempfile.TemporaryDirectory(prefix="compare_peer-") as tmp:
         result = train_throughput.measure(cfg, files, steps, warmup, work_dir=tmp)
+    # printed as it comes, so a run stopped later keeps what it measured
+    print(f"   {result['src_tokens_per_sec']} source tokens/s, {result['sec_per_step']} s/step "
+          f"({result['precision']}; warm-up {result['warmup_seconds']} s)", flush=True)
     if peak:
         dtype = tf.bfloat16 if "bfloat16" in str(result["precision"]) else tf.float32
         best = max(matmul_peak.gflops(n, dtype, seconds=3.0) for n in (1024, 2048))
