@@ -271,17 +271,18 @@ def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: 
     }
 
 
-def ours(a, cfg: config_lib.Config) -> dict:
-    """This project's figures (the keys of ROWS) and the measurements behind them."""
+def ours(a, cfg: config_lib.Config, variants: list) -> dict:
+    """This project's figures (the keys of ROWS) and the measurements behind them; variants:
+    (name, overrides, config) for the extra training measurements."""
     train_data = os.path.join(a.data_dir, "train.jsonl.gz")
     model_dir = os.path.join(a.work_dir, "decode_model")
     # The TFRecord cache of the decoding model's dir: converted once, read by both halves.
     files = dataset.resolve_files(train_data, ModelDir(model_dir).cache_dir)
     training = our_training(cfg, files, a.steps, a.warmup, a.matmul_peak)
-    variants = {}
-    for name, overrides, variant_cfg in a.variant_cfgs:
+    measured = {}
+    for name, overrides, variant_cfg in variants:
         print(f"== pgn_tf training, variant {name}: {' '.join(overrides)}", flush=True)
-        variants[name] = our_training(variant_cfg, files, a.steps, a.warmup, False)
+        measured[name] = our_training(variant_cfg, files, a.steps, a.warmup, False)
     checkpoint = decode_model(a.config, a.set, cfg, train_data, model_dir, a.decode_train_steps)
     decoding = our_decoding(cfg, model_dir, checkpoint,
                             os.path.join(a.data_dir, "validation.jsonl.gz"))
@@ -293,7 +294,7 @@ def ours(a, cfg: config_lib.Config) -> dict:
         "decode_mean_tokens": decoding["mean_tokens"],
     }
     return {"figures": figures, "training": training, "decoding": decoding,
-            "variants": variants}
+            "variants": measured}
 
 
 def fmt(value) -> str:
@@ -325,9 +326,8 @@ def table(mine: dict, peer: dict, ratio: dict) -> str:
 def variant_table(variants: dict, default: dict, peer: dict) -> str:
     """One line per variant: its training source tokens/s, and its ratios to the reference's
     and to this project's default."""
-    lines = []
+    lines, vs_peer = [], peer.get("train_src_tokens_per_sec")
     for name, t in variants.items():
-        vs_peer = peer.get("train_src_tokens_per_sec")
         r_peer = f"{t['src_tokens_per_sec'] / vs_peer:.2f}x the reference" if vs_peer else ""
         lines.append(f"variant {name}: {fmt(t['src_tokens_per_sec'])} source tokens/s, "
                      f"{t['sec_per_step']} s/step ({t['precision']}), "
@@ -342,13 +342,13 @@ def run(a) -> dict:
     except ValueError as e:
         raise UserError(f"--config {a.config}: {e}; give a preset or config file at the "
                         f"sizes of the reference's onmt-ref.yaml") from None
-    a.variant_cfgs = []
+    variants = []
     for text in a.variant:
         name, overrides = parse_variant(text)
-        if name in [v[0] for v in a.variant_cfgs]:
+        if name in [v[0] for v in variants]:
             raise UserError(f"--variant {text}: the name {name!r} is given twice")
         try:
-            a.variant_cfgs.append((name, overrides,
+            variants.append((name, overrides,
                                    config_lib.resolve(a.config, [*a.set, *overrides])))
         except ValueError as e:
             raise UserError(f"--variant {text}: {e}") from None
@@ -361,7 +361,7 @@ def run(a) -> dict:
         check_decode_model(a.config, cfg, os.path.join(a.work_dir, "decode_model"),
                            a.decode_train_steps)
     peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work))
-    mine = {"figures": {}} if a.skip_ours else ours(a, cfg)
+    mine = {"figures": {}} if a.skip_ours else ours(a, cfg, variants)
     ratio = ratios(mine["figures"], peer)
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     print(f"\n== pgn_tf (--config {a.config}) vs OpenNMT-py (the reference's bench.sh)")
