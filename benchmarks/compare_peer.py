@@ -349,7 +349,7 @@ def run(a) -> dict:
             raise UserError(f"--variant {text}: the name {name!r} is given twice")
         try:
             variants.append((name, overrides,
-                                   config_lib.resolve(a.config, [*a.set, *overrides])))
+                             config_lib.resolve(a.config, [*a.set, *overrides])))
         except ValueError as e:
             raise UserError(f"--variant {text}: {e}") from None
     if not a.skip_peer and not os.path.isfile(os.path.join(a.peer_dir, "bench.sh")):
