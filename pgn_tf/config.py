@@ -166,7 +166,8 @@ class TrainConfig:
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).
     # One replica, objective "ml" and the pointer_generator model only (the rewards of "mixed"
-    # and "rl" run a kernel XLA lacks; the other models are not tested under XLA).
+    # and "rl" run a kernel XLA lacks; the other models are not tested under XLA). On the CPUs
+    # measured an XLA step is about 10x slower than the default one (README "Performance").
     jit_compile: bool = False
 
 
