@@ -244,10 +244,15 @@ class Table:
         self.arms("paulus", d, "debian_paulus", "paulus2017", self.a.rl_minutes, [t])
 
     def stage_see_rl(self) -> None:
-        d = self.w("pgn")
-        with open(os.path.join(d, "train_result.json")) as f:
-            t = json.load(f)
-        self.arms("see_rl", d, "debian_coverage", "see2017 + coverage", self.a.rl_minutes, [t])
+        # The arms' training minutes count the whole `see` run (both phases), which the model
+        # dir's train_result.json (its last phase alone) does not hold: its row does.
+        cov = [r for r in self.rows if r["name"] == COV]
+        if not cov:
+            raise SystemExit("the see_rl stage starts from the see stage's model: run --stages "
+                             "see first (with the same --work_dir)")
+        t = {"wall_seconds": 60 * cov[0]["train_minutes"], "final_step": cov[0]["train_steps"]}
+        self.arms("see_rl", self.w("pgn"), "debian_coverage", "see2017 + coverage",
+                  self.a.rl_minutes, [t])
 
     def stage_abs(self) -> None:
         for enc in ("bow", "conv", "attention"):

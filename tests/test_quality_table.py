@@ -3,6 +3,8 @@
 import argparse
 import json
 
+import pytest
+
 from benchmarks import quality_table
 
 COV = quality_table.COV
@@ -90,3 +92,24 @@ def test_table_has_a_row_per_system_and_the_reference_rate(tmp_path):
     assert "| 50.00 [49.00, 51.00] |" in text
     assert text.rstrip().endswith("References: 6.0% of them repeat a word (word tokens, "
                                   "punctuation excluded).")
+
+
+def test_the_see_rl_arms_count_the_whole_see_run(tmp_path, monkeypatch):
+    # Their starting model dir's train_result.json holds the coverage phase alone (15 of 60
+    # minutes); the arms' rows must count both phases, from the see stage's row.
+    table = _table(tmp_path, [_row(COV, 46.0, train_minutes=60.3, train_steps=9845)])
+    table.a.rl_minutes = 20.0
+    calls = []
+    monkeypatch.setattr(table, "arms", lambda *args: calls.append(args))
+    table.stage_see_rl()
+    (stage, start_dir, preset, _, minutes, ml_train), = calls
+    assert (stage, preset, minutes) == ("see_rl", "debian_coverage", 20.0)
+    assert start_dir == table.w("pgn")
+    assert ml_train == [{"wall_seconds": 60 * 60.3, "final_step": 9845}]
+
+
+def test_the_see_rl_stage_without_the_see_stage_says_so(tmp_path):
+    table = _table(tmp_path, [_row("lead-8 words", 30.0, "lead")])
+    table.a.rl_minutes = 20.0
+    with pytest.raises(SystemExit, match="--stages see first"):
+        table.stage_see_rl()
