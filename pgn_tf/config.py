@@ -105,6 +105,12 @@ class ModelConfig:
     abs_smoothing: PositiveInt = 2  # Q: attention smoothing window, conv width 2Q+1
     abs_conv_layers: PositiveInt = 3  # L, convolutional encoder
 
+    def attends_to_source(self) -> bool:
+        """Whether the model's attention points at source words (what decode.replace_unk and
+        the RL reward's [UNK] replacement read): every model but ABS with the bag-of-words or
+        convolutional encoder (uniform / no attention)."""
+        return not (self.model_type == "abs" and self.abs_encoder != "attention")
+
 
 @dataclasses.dataclass
 class TrainConfig:
@@ -139,6 +145,11 @@ class TrainConfig:
     pointer_supervision: bool = False  # Paulus et al.: u_t = 1 supervised for copied OOVs
     rl_gamma: Probability = 0.9984  # gamma of eq. 16
     rl_learning_rate: PositiveFloat = 1e-4  # the learning rate of the mixed / rl phases
+    # The self-critical reward scores samples and baseline as decoding outputs them: with
+    # decode.replace_unk in force, an [UNK] counts as the most-attended source word. Off: an
+    # [UNK] matches nothing, so the reward pays for copying what replace_unk copies anyway
+    # (README "Self-critical RL on See et al.'s model").
+    reward_replace_unk: bool = True
     # A new phase (coverage conversion, new objective) starts from the previous phase's "best"
     # checkpoint, or its "latest".
     convert_from: Literal["best", "latest"] = "best"

@@ -259,10 +259,8 @@ class Summarizer(_InProcessCalls, tf.Module):
         return state, step_fn
 
     def has_attention(self) -> bool:
-        """Whether the model's attention points at source words (for replace_unk): every model
-        but ABS with the bag-of-words or convolutional encoder (uniform / no attention)."""
-        m = self.cfg.model
-        return not (m.model_type == "abs" and m.abs_encoder != "attention")
+        """Whether the model's attention points at source words (for replace_unk)."""
+        return self.cfg.model.attends_to_source()
 
     def summarize(self, articles, beam_size=None, max_steps=None, min_steps=None,
                   verbose: bool = False, method: str = "beam", feature_weights=None,

@@ -115,11 +115,24 @@ def reference_ids(target: tf.Tensor, dec_len: tf.Tensor) -> tuple[tf.Tensor, tf.
     return tf.where(tf.equal(target, UNK_ID), -1, target), ref_len
 
 
-def rouge_l_reward(result: dict, batch: dict) -> tf.Tensor:
+def replace_unk_ids(result: dict, batch: dict) -> tf.Tensor:
+    """decode.replace_unk on ids: each [UNK] of a search result becomes the (extended-vocab)
+    id of the source word its step attended most (result["src_pos"], `greedy.search`'s
+    return_src_pos), as the decoder's output text does; int32 [B, T]."""
+    source = tf.cast(batch.get("enc_ext_ids", batch["enc_ids"]), tf.int32)  # [B, L]
+    pos = result["src_pos"]
+    attended = tf.gather(source, tf.minimum(pos, tf.shape(source)[1] - 1), batch_dims=1)
+    real = pos < tf.cast(batch["enc_len"], tf.int32)[:, None]  # an empty article: no word
+    return tf.where(tf.equal(result["ids"], UNK_ID) & real, attended, result["ids"])
+
+
+def rouge_l_reward(result: dict, batch: dict, replace_unk: bool = False) -> tf.Tensor:
     """ROUGE-L F1 of a search result against the batch's reference ids, float32 [B]
-    (Paulus et al. section 3.2's reward; [UNK] on either side matches nothing)."""
+    (Paulus et al. section 3.2's reward; [UNK] on either side matches nothing). replace_unk:
+    the result's [UNK]s are first replaced as decoding replaces them (`replace_unk_ids`)."""
     ref, ref_len = reference_ids(batch["target"], batch["dec_len"])
-    pred = tf.where(tf.equal(result["ids"], UNK_ID), -2, result["ids"])
+    ids = replace_unk_ids(result, batch) if replace_unk else result["ids"]
+    pred = tf.where(tf.equal(ids, UNK_ID), -2, ids)
     return rewards.rouge_l_f1(pred, result["length"], ref, ref_len)
 
 
@@ -179,12 +192,13 @@ class SelfCritical:
     nats, of each sampled step's distribution) and sample_p_gen (mean p_gen along the sample)."""
 
     def __init__(self, ml: MaximumLikelihood, gamma: float, max_steps: int, min_steps: int = 0,
-                 seed: int | None = None):
+                 seed: int | None = None, replace_unk: bool = False):
         self.ml = ml
         self.gamma = gamma
         self.max_steps = max_steps
         self.min_steps = min_steps
         self.seed = seed
+        self.replace_unk = replace_unk  # rouge_l_reward's
         self.name = "rl" if gamma >= 1.0 else "mixed"
 
     def term_names(self, model) -> list[str]:
@@ -202,11 +216,12 @@ class SelfCritical:
     def rl_terms(self, model, batch: dict) -> dict:
         step_fn, state, b = self._searches(model, batch)
         sampled = sampling.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
-                                  min_steps=self.min_steps, seed=self.seed, return_stats=True)
+                                  min_steps=self.min_steps, seed=self.seed, return_stats=True,
+                                  return_src_pos=self.replace_unk)
         best = greedy.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
-                             self.min_steps)
-        r_sample = rouge_l_reward(sampled, batch)
-        r_greedy = rouge_l_reward(best, batch)
+                             self.min_steps, return_src_pos=self.replace_unk)
+        r_sample = rouge_l_reward(sampled, batch, self.replace_unk)
+        r_greedy = rouge_l_reward(best, batch, self.replace_unk)
         log_p = tf.reduce_sum(sampled["step_log_probs"], axis=1)  # [STOP] included
         capped = tf.cast(sampled["length"] >= self.max_steps, tf.float32)
         advantage = r_greedy - r_sample
@@ -229,8 +244,8 @@ class SelfCritical:
         """Validation reward: ROUGE-L F1 of greedy decoding, float32 [B] (no gradient)."""
         step_fn, state, b = self._searches(model, batch)
         best = greedy.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
-                             self.min_steps)
-        return rouge_l_reward(best, batch)
+                             self.min_steps, return_src_pos=self.replace_unk)
+        return rouge_l_reward(best, batch, self.replace_unk)
 
 
 OBJECTIVES = ("ml", "mixed", "rl")
@@ -238,7 +253,9 @@ OBJECTIVES = ("ml", "mixed", "rl")
 
 def build(cfg) -> MaximumLikelihood | SelfCritical:
     """The objective a Config asks for (train.objective, train.nll_reduction, model.cov_loss_wt,
-    train.pointer_supervision, train.rl_gamma; RL searches run to decode.max_dec_steps)."""
+    train.pointer_supervision, train.rl_gamma; RL searches run to decode.max_dec_steps, and their
+    reward replaces [UNK] as decoding does when train.reward_replace_unk and decode.replace_unk
+    both hold)."""
     t = cfg.train
     ml = MaximumLikelihood(t.nll_reduction, cfg.model.cov_loss_wt, t.pointer_supervision)
     if t.objective == "ml":
@@ -246,4 +263,7 @@ def build(cfg) -> MaximumLikelihood | SelfCritical:
     if t.objective not in OBJECTIVES:
         raise ValueError(f"unknown train.objective '{t.objective}' ({', '.join(OBJECTIVES)})")
     gamma = t.rl_gamma if t.objective == "mixed" else 1.0
-    return SelfCritical(ml, gamma, cfg.decode.max_dec_steps, cfg.decode.min_dec_steps)
+    d = cfg.decode
+    replace_unk = (t.reward_replace_unk and d.replace_unk and not d.avoid_unk
+                   and cfg.model.attends_to_source())
+    return SelfCritical(ml, gamma, d.max_dec_steps, d.min_dec_steps, replace_unk=replace_unk)

@@ -88,6 +88,50 @@ def test_reference_ids_drop_stop_and_unk():
     assert n.numpy().tolist() == [2, 4] and ref.numpy()[0, 1] == -1
 
 
+def test_reward_replaces_unk_with_the_attended_source_word_as_decoding_does():
+    f = features(5)
+    ext, target = f["enc_ext_ids"].numpy(), f["target"].numpy()
+    # article 0: [UNK] at step 1 attended position 2 (an article OOV, extended id V = the
+    # reference's copied word); article 1: [UNK] attended position 6, past its 5 words (no
+    # word there: stays [UNK]); article 2: empty article.
+    ids = np.array([[target[0, 0], UNK_ID, 0, 0, 0],
+                    [target[1, 0], UNK_ID, target[1, 2], 0, 0],
+                    [UNK_ID, 0, 0, 0, 0]], np.int32)
+    src_pos = np.array([[4, 2, 0, 0, 0], [1, 6, 3, 0, 0], [0, 0, 0, 0, 0]], np.int32)
+    result = {"ids": tf.constant(ids), "length": tf.constant([2, 3, 1]),
+              "src_pos": tf.constant(src_pos)}
+    got = objectives.replace_unk_ids(result, f).numpy()
+    want = ids.copy()
+    want[0, 1] = ext[0, 2]
+    assert ext[0, 2] == V == target[0, 1]
+    np.testing.assert_array_equal(got, want)
+    plain = objectives.rouge_l_reward(result, f).numpy()
+    replaced = objectives.rouge_l_reward(result, f, replace_unk=True).numpy()
+    # article 0: 1 of its 2 tokens is in the reference without the replacement, 2 with it
+    ref_len = int(objectives.reference_ids(f["target"], f["dec_len"])[1][0])
+    f1 = lambda m, n, r: 2 * m / (n + r)  # noqa: E731  (LCS m, lengths n and r)
+    np.testing.assert_allclose([plain[0], replaced[0]], [f1(1, 2, ref_len), f1(2, 2, ref_len)],
+                               rtol=1e-6)
+    np.testing.assert_allclose(replaced[1:], plain[1:])
+
+
+def test_build_replaces_unk_in_the_reward_where_decoding_does():
+    from pgn_tf import config
+
+    cfg = config.see2017_coverage()
+    cfg.train.objective = "mixed"
+    assert objectives.build(cfg).replace_unk
+    for key, value in (("train.reward_replace_unk", False), ("decode.replace_unk", False),
+                       ("decode.avoid_unk", True)):
+        section, name = key.split(".")
+        off = config.see2017_coverage()
+        off.train.objective = "mixed"
+        setattr(getattr(off, section), name, value)
+        assert not objectives.build(off).replace_unk, key
+    bow = config.resolve("rush2015_abs", ["model.abs_encoder=bow", "train.objective=mixed"])
+    assert not objectives.build(bow).replace_unk  # no attention to read a source word from
+
+
 def teacher_forced_batch(f: dict, sampled: dict, steps: int) -> dict:
     """f with the sampled sequence as its summary, for teacher forcing over y^s: inputs
     [START] y_1 .., targets y_1 .. [STOP] (when the sample stopped within `steps`)."""
