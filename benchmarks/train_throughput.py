@@ -84,6 +84,9 @@ def _local(value) -> list:
     return list(getattr(value, "values", (value,)))
 
 
+_WRAPPERS = ("ExecutorState::Process", "ParallelFor")  # spans around ops, not ops
+
+
 def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
     """(op type, % of op time) of the profiled steps, from the trace's XPlane (host ops)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -99,10 +102,16 @@ def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
             for plane in space.planes:
                 names = {k: v.name for k, v in plane.event_metadata.items()}
                 for line in plane.lines:
-                    if "tf_op" not in line.name.lower() and "TF Ops" not in line.name:
+                    # op events sit on "TF Ops" lines, or (TF 2.21's host trace) on the
+                    # executor's "tf_Compute/..." threads, inside ExecutorState::Process spans
+                    # that would count them twice
+                    if not ("tf_op" in line.name.lower() or "TF Ops" in line.name
+                            or line.name.startswith("tf_Compute")):
                         continue
                     for ev in line.events:
                         name = names.get(ev.metadata_id, "?")
+                        if name in _WRAPPERS:
+                            continue
                         op = name.split(":")[-1] if ":" in name else name
                         totals[op] = totals.get(op, 0.0) + ev.duration_ps / 1e12
     total = sum(totals.values()) or 1.0
