@@ -215,6 +215,13 @@ class Config:
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     decode: DecodeConfig = dataclasses.field(default_factory=DecodeConfig)
 
+    def replaces_unk(self) -> bool:
+        """Whether decoding puts the most-attended source word in place of an output [UNK]
+        (decode.replace_unk, not overruled by decode.avoid_unk, on a model whose attention
+        points at source words)."""
+        d = self.decode
+        return d.replace_unk and not d.avoid_unk and self.model.attends_to_source()
+
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 

@@ -258,10 +258,6 @@ class Summarizer(_InProcessCalls, tf.Module):
 
         return state, step_fn
 
-    def has_attention(self) -> bool:
-        """Whether the model's attention points at source words (for replace_unk)."""
-        return self.cfg.model.attends_to_source()
-
     def summarize(self, articles, beam_size=None, max_steps=None, min_steps=None,
                   verbose: bool = False, method: str = "beam", feature_weights=None,
                   with_p_gen: bool = False) -> dict:
@@ -300,7 +296,7 @@ class Summarizer(_InProcessCalls, tf.Module):
                                                      feature_weights, dc.extractive)
             state = features_lib.initial_state(state, tile_beams(src, k), vocab_lib.PAD_ID)
         unk = vocab_lib.UNK_ID if dc.avoid_unk else None
-        replace_unk = dc.replace_unk and not dc.avoid_unk and self.has_attention()
+        replace_unk = self.cfg.replaces_unk()
         exempt = None
         if dc.block_repeated_words:
             exempt = tf.constant([w in vocab_lib.SPECIAL_TOKENS or not is_word(w)
@@ -327,10 +323,10 @@ class Summarizer(_InProcessCalls, tf.Module):
         raw_tokens = tf.where(keep, words, "")
         tokens = raw_tokens
         if replace_unk:  # OpenNMT's replace_unk: the most attended source word
-            source = tf.pad(feats["enc_tokens"], [[0, 0], [0, 1]])  # "" column: never empty
-            attended = tf.gather(source, res["src_pos"], batch_dims=1)  # [B, T]
-            unk_out = keep & tf.equal(res["ids"], vocab_lib.UNK_ID) & tf.not_equal(attended, "")
-            tokens = tf.where(unk_out, attended, raw_tokens)
+            replaced = vocab_lib.replace_unk_ids(res["ids"], res["src_pos"],
+                                                 feats["enc_ext_ids"], feats["enc_len"])
+            tokens = tf.where(keep, vocab_lib.ids_to_words(replaced, self.words, feats["oovs"]),
+                              "")
         out = {
             "summaries": text.detokenize(text.join_tokens(tokens, keep)),
             "tokens": tokens,

@@ -29,6 +29,7 @@ from pgn_tf import rewards
 from pgn_tf.decoding import greedy, sampling
 from pgn_tf.layers import pointer
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
+from pgn_tf.vocab import replace_unk_ids as replace_unk
 
 _NEG = -1e30
 
@@ -116,14 +117,10 @@ def reference_ids(target: tf.Tensor, dec_len: tf.Tensor) -> tuple[tf.Tensor, tf.
 
 
 def replace_unk_ids(result: dict, batch: dict) -> tf.Tensor:
-    """decode.replace_unk on ids: each [UNK] of a search result becomes the (extended-vocab)
-    id of the source word its step attended most (result["src_pos"], `greedy.search`'s
-    return_src_pos), as the decoder's output text does; int32 [B, T]."""
-    source = tf.cast(batch.get("enc_ext_ids", batch["enc_ids"]), tf.int32)  # [B, L]
-    pos = result["src_pos"]
-    attended = tf.gather(source, tf.minimum(pos, tf.shape(source)[1] - 1), batch_dims=1)
-    real = pos < tf.cast(batch["enc_len"], tf.int32)[:, None]  # an empty article: no word
-    return tf.where(tf.equal(result["ids"], UNK_ID) & real, attended, result["ids"])
+    """decode.replace_unk on a search result's ids (`vocab.replace_unk_ids`), as the decoder's
+    output text gets it; int32 [B, T]."""
+    return replace_unk(result["ids"], result["src_pos"],
+                       batch.get("enc_ext_ids", batch["enc_ids"]), batch["enc_len"])
 
 
 def rouge_l_reward(result: dict, batch: dict, replace_unk: bool = False) -> tf.Tensor:
@@ -263,7 +260,5 @@ def build(cfg) -> MaximumLikelihood | SelfCritical:
     if t.objective not in OBJECTIVES:
         raise ValueError(f"unknown train.objective '{t.objective}' ({', '.join(OBJECTIVES)})")
     gamma = t.rl_gamma if t.objective == "mixed" else 1.0
-    d = cfg.decode
-    replace_unk = (t.reward_replace_unk and d.replace_unk and not d.avoid_unk
-                   and cfg.model.attends_to_source())
-    return SelfCritical(ml, gamma, d.max_dec_steps, d.min_dec_steps, replace_unk=replace_unk)
+    return SelfCritical(ml, gamma, cfg.decode.max_dec_steps, cfg.decode.min_dec_steps,
+                        replace_unk=t.reward_replace_unk and cfg.replaces_unk())

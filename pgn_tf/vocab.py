@@ -202,5 +202,18 @@ def ids_to_words(ids: tf.Tensor, words: tf.Tensor, oovs: tf.Tensor) -> tf.Tensor
     return tf.where(ids < v, in_vocab, copied)
 
 
+def replace_unk_ids(ids: tf.Tensor, src_pos: tf.Tensor, enc_ext_ids: tf.Tensor,
+                    enc_len: tf.Tensor) -> tf.Tensor:
+    """OpenNMT's replace_unk on ids: each [UNK] becomes the extended-vocab id of the source word
+    its step attended most (src_pos, the searches' argmax of attention); a position past the
+    article (or an empty article) leaves it [UNK]. ids, src_pos: int [B, T]; enc_ext_ids int
+    [B, L]; enc_len int [B] -> int32 [B, T]. `ids_to_words` turns the result into the words."""
+    ids, src_pos = tf.cast(ids, tf.int32), tf.cast(src_pos, tf.int32)
+    source = tf.cast(enc_ext_ids, tf.int32)
+    attended = tf.gather(source, tf.minimum(src_pos, tf.shape(source)[1] - 1), batch_dims=1)
+    real = src_pos < tf.cast(enc_len, tf.int32)[:, None]
+    return tf.where(tf.equal(ids, UNK_ID) & real, attended, ids)
+
+
 def vocab_path_for(model_dir: str, configured: str) -> str:
     return configured or os.path.join(model_dir, "vocab.txt")
