@@ -104,6 +104,8 @@ class ModelConfig:
     abs_window: PositiveInt = 5  # C, the NNLM's context window
     abs_smoothing: PositiveInt = 2  # Q: attention smoothing window, conv width 2Q+1
     abs_conv_layers: PositiveInt = 3  # L, convolutional encoder
+    # layer normalisation before each convolution's tanh (not in the paper; ABSEncoder says why)
+    abs_conv_norm: bool = False
 
     def attends_to_source(self) -> bool:
         """Whether the model's attention points at source words (what decode.replace_unk and

@@ -21,7 +21,8 @@ from pgn_tf.vocab import START_ID, UNK_ID
 @keras.saving.register_keras_serializable(package="pgn_tf")
 class ABS(SummarizationModel):
     """Args: vocab_size V; hidden_dim H (paper: 400); emb_dim D (200); window C (5);
-    encoder "bow" | "conv" | "attention"; smoothing Q (2); conv_layers L (3).
+    encoder "bow" | "conv" | "attention"; smoothing Q (2); conv_layers L (3); conv_norm: layer
+    normalisation before each convolution's tanh (not in the paper; ABSEncoder says why).
 
     Example:
       >>> model = ABS(vocab_size=50, hidden_dim=16, emb_dim=8, encoder="attention")
@@ -32,7 +33,7 @@ class ABS(SummarizationModel):
 
     def __init__(self, vocab_size: int, hidden_dim: int = 400, emb_dim: int = 200,
                  window: int = 5, encoder: str = "attention", smoothing: int = 2,
-                 conv_layers: int = 3, **kwargs):
+                 conv_layers: int = 3, conv_norm: bool = False, **kwargs):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
@@ -41,8 +42,9 @@ class ABS(SummarizationModel):
         self.encoder_kind = encoder
         self.smoothing = smoothing
         self.conv_layers = conv_layers
+        self.conv_norm = conv_norm
         self.encoder = ABSEncoder(encoder, vocab_size, hidden_dim, emb_dim, window, smoothing,
-                                  conv_layers, name="encoder")
+                                  conv_layers, conv_norm, name="encoder")
         self.decoder = NNLMDecoder(vocab_size, emb_dim, hidden_dim, window, name="nnlm")
         self.encoder.build()
         self.decoder.build()
@@ -53,12 +55,13 @@ class ABS(SummarizationModel):
         return cls(vocab_size=vocab_size, hidden_dim=model_cfg.hidden_dim,
                    emb_dim=model_cfg.emb_dim, window=model_cfg.abs_window,
                    encoder=model_cfg.abs_encoder, smoothing=model_cfg.abs_smoothing,
-                   conv_layers=model_cfg.abs_conv_layers)
+                   conv_layers=model_cfg.abs_conv_layers, conv_norm=model_cfg.abs_conv_norm)
 
     def get_config(self):
         return dict(vocab_size=self.vocab_size, hidden_dim=self.hidden_dim,
                     emb_dim=self.emb_dim, window=self.window, encoder=self.encoder_kind,
-                    smoothing=self.smoothing, conv_layers=self.conv_layers, name=self.name)
+                    smoothing=self.smoothing, conv_layers=self.conv_layers,
+                    conv_norm=self.conv_norm, name=self.name)
 
     def _ids(self, ids):
         ids = tf.cast(ids, tf.int32)

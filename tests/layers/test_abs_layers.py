@@ -67,21 +67,27 @@ def test_attention_encoder_eq_8_with_smoothing():
             np.testing.assert_allclose(vec.numpy()[b, t], pr @ x_bar, rtol=1e-4, atol=1e-5)
 
 
-def _np_tdnn(x, convs, q):
+def _np_tdnn(x, convs, q, norms=None):
     """Eq. 5-7 on one article's valid positions x~ [n, H]: each layer a temporal convolution
     of width 2Q+1 (zeros beyond the ends), max over pairs (a last odd position alone), tanh;
-    then the max over what is left."""
-    for kernel, bias in convs:  # kernel [2Q+1, H, H]
+    then the max over what is left. norms: (gamma, beta) a layer, normalising each position's
+    convolution output over its channels before the pooling."""
+    for i, (kernel, bias) in enumerate(convs):  # kernel [2Q+1, H, H]
         padded = np.pad(x, [(q, q), (0, 0)])
         y = np.stack([np.einsum("kh,khg->g", padded[i: i + 2 * q + 1], kernel)
                       for i in range(len(x))]) + bias  # (7)
+        if norms:
+            gamma, beta = norms[i]
+            y = (y - y.mean(-1, keepdims=True)) / np.sqrt(y.var(-1, keepdims=True) + 1e-5)
+            y = y * gamma + beta
         x = np.tanh(np.stack([y[i: i + 2].max(0) for i in range(0, len(y), 2)]))  # (6)
     return x.max(0)  # (5)
 
 
-def test_conv_encoder_eq_5_to_7():
+@pytest.mark.parametrize("conv_norm", [False, True])
+def test_conv_encoder_eq_5_to_7(conv_norm):
     q = 1
-    enc = ABSEncoder("conv", V, H, D, C, smoothing=q, conv_layers=2)
+    enc = ABSEncoder("conv", V, H, D, C, smoothing=q, conv_layers=2, conv_norm=conv_norm)
     enc.build()
     for w in enc.weights:  # large enough that tanh and the maxes are not near-linear
         w.assign(rng.normal(0, 0.5, w.shape).astype(np.float32))
@@ -89,16 +95,43 @@ def test_conv_encoder_eq_5_to_7():
     vec, attn = enc(enc.precompute(ids, mask), mask, context)
     f = enc.f.embeddings.numpy()
     convs = [(c.kernel.numpy(), c.bias.numpy()) for c in enc.convs]
+    norms = [(n.gamma.numpy(), n.beta.numpy()) for n in enc.norms]
+    assert len(norms) == (2 if conv_norm else 0)
     for b in range(2):
         n = int(mask.numpy()[b].sum())
-        want = _np_tdnn(f[ids.numpy()[b][:n]], convs, q)
+        want = _np_tdnn(f[ids.numpy()[b][:n]], convs, q, norms)
         for t in range(4):  # the same vector for every summary position
             np.testing.assert_allclose(vec.numpy()[b, t], want, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(attn.numpy(), 0.0)  # no attention in this encoder
 
 
-def test_conv_encoder_ignores_padding_and_empty_articles():
-    enc = ABSEncoder("conv", V, H, D, C, conv_layers=2)
+def _encoder_output(conv_norm, kernel_scale):
+    """The convolutional encoder's vector for 16 articles, its kernels scaled (training on the
+    Debian corpus grew them until the third layer's tanh inputs had a std of 9.5)."""
+    tf.keras.utils.set_random_seed(3)
+    enc = ABSEncoder("conv", 200, 32, D, C, conv_layers=3, conv_norm=conv_norm)
+    enc.build()
+    for conv in enc.convs:
+        conv.kernel.assign(conv.kernel * kernel_scale)
+    ids = tf.constant(np.random.default_rng(3).integers(4, 200, (16, 24)))
+    return enc.precompute(ids, tf.ones([16, 24], bool))["vector"].numpy()
+
+
+def test_conv_norm_keeps_the_tanh_out_of_saturation():
+    """Large kernels drive the unnormalised encoder's tanh to +-1, where no gradient passes;
+    normalised, the output does not depend on the kernels' scale (zero biases; once the
+    variances dwarf the normalisation's epsilon)."""
+    raw = _encoder_output(False, 30.0)
+    assert np.mean(np.abs(raw) > 0.99) > 0.85
+    normed = _encoder_output(True, 30.0)
+    assert np.mean(np.abs(normed) > 0.99) < 0.1
+    np.testing.assert_allclose(normed, _encoder_output(True, 300.0), atol=1e-3)
+    assert not np.allclose(raw, _encoder_output(False, 1.0), atol=1e-1)
+
+
+@pytest.mark.parametrize("conv_norm", [False, True])
+def test_conv_encoder_ignores_padding_and_empty_articles(conv_norm):
+    enc = ABSEncoder("conv", V, H, D, C, conv_layers=2, conv_norm=conv_norm)
     enc.build()
     ids = rng.integers(4, V, (1, 8))
     short = enc.precompute(tf.constant(ids), tf.ones([1, 8], bool))["vector"]
@@ -119,13 +152,14 @@ def test_unknown_encoder_is_an_error():
 @pytest.mark.parametrize("kind, num_weights", [
     ("bow", 1),  # F
     ("conv", 1 + 2 * 2),  # F, and Q^l with its bias for each of 2 layers
+    ("conv_norm", 1 + 2 * 2 + 2 * 2),  # and each layer's normalisation gain and offset
     ("attention", 3),  # F, G, P
 ])
 def test_encoder_layer_contract(kind, num_weights):
     ids, mask, context = inputs()
     run_layer_test(
-        ABSEncoder, {"kind": kind, "vocab_size": V, "hidden_dim": H, "emb_dim": D, "window": C,
-                     "conv_layers": 2},
+        ABSEncoder, {"kind": kind.split("_")[0], "vocab_size": V, "hidden_dim": H, "emb_dim": D,
+                     "window": C, "conv_layers": 2, "conv_norm": kind == "conv_norm"},
         build=lambda layer: layer.build(),
         call=lambda layer: layer(layer.precompute(ids, mask), mask, context),
         expected_num_weights=num_weights,

@@ -41,6 +41,7 @@ MODELS = {
     "deep reinforced": lambda: tiny("paulus2017"),
     "abs bow": lambda: tiny("rush2015_abs", abs_encoder="bow"),
     "abs conv": lambda: tiny("rush2015_abs", abs_encoder="conv"),
+    "abs conv, normalised": lambda: tiny("rush2015_abs", abs_encoder="conv", abs_conv_norm=True),
     "abs attention": lambda: tiny("rush2015_abs", abs_encoder="attention"),
 }
 
