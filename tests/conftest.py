@@ -1,18 +1,42 @@
-"""Shared fixtures: quiet TF logs, a tiny synthetic corpus and vocab written once per session."""
+"""Shared fixtures: quiet TF logs, a tiny synthetic corpus and vocab written once per session.
 
+The suite runs on two pytest-xdist workers (pyproject.toml); each has its own session, so the
+costly session fixtures (the trained model, its export) are built once for both: the first
+worker to need one builds it under a lock in the run's shared temporary directory, the other
+waits and reuses it. Tests only read them."""
+
+import fcntl
+import json
 import os
+import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
 
+def shared(tmp_path_factory, name, build):
+    """build(dir) -> a JSON-able value, run once per test run (not once per xdist worker); the
+    value is returned to every caller. A build that raised is retried by the next caller."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build(tmp_path_factory.mktemp(name))
+    root = tmp_path_factory.getbasetemp().parent  # the run's dir, above each worker's own
+    out, done = root / name, root / f"{name}.json"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or the holder dies
+        if not done.exists():
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            done.write_text(json.dumps({"value": build(out)}))
+    return json.loads(done.read_text())["value"]
+
+
 @pytest.fixture(scope="session")
 def corpus(tmp_path_factory):
     from pgn_tf.data import synthetic
 
-    out = tmp_path_factory.mktemp("synthetic")
-    return synthetic.write_corpus(str(out), num_train=400, num_eval=40, seed=0)
+    return shared(tmp_path_factory, "synthetic", lambda out: synthetic.write_corpus(
+        str(out), num_train=400, num_eval=40, seed=0))
 
 
 @pytest.fixture(scope="session")
@@ -39,16 +63,17 @@ def trained_model_dir(tmp_path_factory, corpus):
     """A tiny pointer-generator trained on the synthetic corpus until it copies (in-process)."""
     from pgn_tf import train
 
-    model_dir = str(tmp_path_factory.mktemp("trained"))
-    args = train.build_parser().parse_args([
-        "--model_dir", model_dir, "--config", "tiny", "--quiet",
-        "--train_data", corpus["train"], "--eval_data", corpus["validation"],
-        "--set", "train.max_steps=300", "--set", "train.eval_every=100",
-        "--set", "train.checkpoint_every=100", "--set", "model.hidden_dim=48",
-        "--set", "model.emb_dim=24", "--set", "decode.max_dec_steps=16",
-    ])
-    train.run(args)
-    return model_dir
+    def build(model_dir):
+        train.run(train.build_parser().parse_args([
+            "--model_dir", str(model_dir), "--config", "tiny", "--quiet",
+            "--train_data", corpus["train"], "--eval_data", corpus["validation"],
+            "--set", "train.max_steps=300", "--set", "train.eval_every=100",
+            "--set", "train.checkpoint_every=100", "--set", "model.hidden_dim=48",
+            "--set", "model.emb_dim=24", "--set", "decode.max_dec_steps=16",
+        ]))
+        return str(model_dir)
+
+    return shared(tmp_path_factory, "trained", build)
 
 
 @pytest.fixture(scope="session")
@@ -56,6 +81,7 @@ def exported(trained_model_dir, tmp_path_factory):
     """(export_base, name, version dir) of the trained model."""
     from pgn_tf import export
 
-    base = str(tmp_path_factory.mktemp("export"))
-    path = export.export(trained_model_dir, base, "pgn", version=1)
-    return base, "pgn", path
+    def build(base):
+        return [str(base), "pgn", export.export(trained_model_dir, str(base), "pgn", version=1)]
+
+    return tuple(shared(tmp_path_factory, "export", build))
