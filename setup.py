@@ -50,8 +50,9 @@ setup(
     ],
     # importlib_resources: tensorflow-datasets needs it to prepare the TFDS fixture in the tests.
     # selenium: drives Debian's chromium in the explanation page's browser test.
-    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6", "importlib_resources>=6",
-                             "selenium>=4.20,<5"]},
+    # pytest-xdist: the suite runs on two workers (pyproject.toml's addopts).
+    extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
+                             "importlib_resources>=6", "selenium>=4.20,<5"]},
     entry_points={"console_scripts": [f"{name} = {target}" for name, target in COMMANDS.items()]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
