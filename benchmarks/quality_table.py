@@ -50,6 +50,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.common import cpu_flags, emit  # noqa: E402
 
 STAGES = ("lead", "baseline", "see", "seeds", "paulus", "see_rl", "abs", "decode")
+# debian_abs layer-normalises the convolutions (model.abs_conv_norm); the row of the encoder
+# without it, kept in older results, is "rush2015 ABS (conv encoder)"
+CONV_NORM_ROW = "rush2015 ABS (conv encoder, layer-normalised)"
 COV = "see2017 pointer-generator + coverage"
 DECODE_VARIANTS = (  # (row suffix, decode overrides): each changes one thing
     ("raw output, [UNK] kept", ["decode.replace_unk=false"]),
@@ -259,10 +262,8 @@ class Table:
             d = self.w(f"abs_{enc}")
             t = self.train_phase(d, "debian_abs", self.a.abs_minutes,
                                  ["--set", f"model.abs_encoder={enc}"])
-            # debian_abs layer-normalises the convolutions (model.abs_conv_norm); the row
-            # of the encoder without it, kept in older results, has the plain name
-            name = "conv encoder, layer-normalised" if enc == "conv" else f"{enc} encoder"
-            self.evaluate(f"rush2015 ABS ({name})", "abs", d, train=[t])
+            name = CONV_NORM_ROW if enc == "conv" else f"rush2015 ABS ({enc} encoder)"
+            self.evaluate(name, "abs", d, train=[t])
         d = self.w("abs_attention")
         sh(["-m", "pgn_tf.tune", "--model_dir", d, "--data", self.valid,
             "--skip", str(self.a.score), "--limit", str(self.a.tune)], self.log)
@@ -377,7 +378,7 @@ class Table:
                     f"{'met' if rep else 'missed'}")
         abs_rows = {e: r(f"rush2015 ABS ({e} encoder)") for e in ("bow", "conv", "attention")}
         # the convolutional encoder as debian_abs trains it now, where that row exists
-        abs_rows["conv"] = r("rush2015 ABS (conv encoder, layer-normalised)") or abs_rows["conv"]
+        abs_rows["conv"] = r(CONV_NORM_ROW) or abs_rows["conv"]
         if all(abs_rows.values()):
             p = {e: x["perplexity"] for e, x in abs_rows.items()}
             out.append(f"ABS encoders order by perplexity bag-of-words > convolutional > "

@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pgn_tf import rewards
+from pgn_tf import rewards, vocab
 from pgn_tf.decoding import greedy, sampling
 from pgn_tf.layers import pointer
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
-from pgn_tf.vocab import replace_unk_ids as replace_unk
 
 _NEG = -1e30
 
@@ -119,8 +118,8 @@ def reference_ids(target: tf.Tensor, dec_len: tf.Tensor) -> tuple[tf.Tensor, tf.
 def replace_unk_ids(result: dict, batch: dict) -> tf.Tensor:
     """decode.replace_unk on a search result's ids (`vocab.replace_unk_ids`), as the decoder's
     output text gets it; int32 [B, T]."""
-    return replace_unk(result["ids"], result["src_pos"],
-                       batch.get("enc_ext_ids", batch["enc_ids"]), batch["enc_len"])
+    return vocab.replace_unk_ids(result["ids"], result["src_pos"],
+                                 batch.get("enc_ext_ids", batch["enc_ids"]), batch["enc_len"])
 
 
 def rouge_l_reward(result: dict, batch: dict, replace_unk: bool = False) -> tf.Tensor:

@@ -115,10 +115,10 @@ class ABSEncoder(keras.layers.Layer):
     def _tdnn(self, x, mask):
         """Eq. 5-7; padding is excluded from every max, an empty article gives zeros."""
         neg = tf.constant(-1e9, x.dtype)
-        for i, conv in enumerate(self.convs):
+        for conv, norm in zip(self.convs, self.norms or [None] * self.conv_layers):
             y = conv(x)  # (7)
-            if self.conv_norm:
-                y = self.norms[i](y)
+            if norm is not None:
+                y = norm(y)
             y = tf.where(mask[:, :, None], y, neg)
             y = tf.nn.max_pool1d(y, 2, 2, padding="SAME")  # (6), pairs
             mask = tf.cast(tf.nn.max_pool1d(tf.cast(mask, tf.float32)[:, :, None], 2, 2,
