@@ -19,6 +19,10 @@ stages can run in separate invocations (a stage run again replaces its rows):
           validation ROUGE against minutes) go to curves.md.
   seeds   the same pointer-generator + coverage recipe at --seed_minutes, seeds 1 and 2: their
           spread says which differences are noise.
+  precision  the same recipe at --seed_minutes, seed 1, twice: float32 with batches bucketed by
+          article length (the presets' settings before the speed work), and bfloat16 mixed
+          precision with batches bucketed by summary length too (the speed switches); a paired
+          bootstrap on ROUGE-Lsum says whether the switches cost quality under the same budget.
   paulus  Paulus et al.: ML for --minutes minus --rl_minutes, then from that model two arms of
           --rl_minutes each, ML continued and the mixed ML+RL objective (eq. 16), compared with
           a paired bootstrap on ROUGE-L (pgn_tf.significance).
@@ -49,11 +53,18 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import cpu_flags, emit  # noqa: E402
 
-STAGES = ("lead", "baseline", "see", "seeds", "paulus", "see_rl", "abs", "decode")
+STAGES = ("lead", "baseline", "see", "seeds", "precision", "paulus", "see_rl", "abs", "decode")
 # debian_abs layer-normalises the convolutions (model.abs_conv_norm); the row of the encoder
 # without it, kept in older results, is "rush2015 ABS (conv encoder)"
 CONV_NORM_ROW = "rush2015 ABS (conv encoder, layer-normalised)"
 COV = "see2017 pointer-generator + coverage"
+# The precision stage's two arms: (row suffix, --set overrides), each stated in full so the
+# comparison means the same whatever the presets' defaults are.
+PRECISION_ARMS = (
+    ("float32", ["train.mixed_precision=", "data.bucket_by_summary_length=false"]),
+    ("bfloat16, bucketed by summary length", ["train.mixed_precision=mixed_bfloat16",
+                                              "data.bucket_by_summary_length=true"]),
+)
 DECODE_VARIANTS = (  # (row suffix, decode overrides): each changes one thing
     ("raw output, [UNK] kept", ["decode.replace_unk=false"]),
     ("avoid_unk", ["decode.replace_unk=false", "decode.avoid_unk=true"]),
@@ -220,6 +231,23 @@ class Table:
             t2 = self.train_phase(d, "debian_coverage", 0.25 * m, s)
             self.evaluate(f"{COV}, {m:g} min, seed {seed}", "seeds", d, train=[t1, t2])
 
+    def stage_precision(self) -> None:
+        m, out = self.a.seed_minutes, {}
+        for arm, overrides in PRECISION_ARMS:
+            d = self.w("precision_" + arm.split(",")[0])
+            shutil.rmtree(d, ignore_errors=True)
+            s = ["--set", "train.seed=1", *[x for o in overrides for x in ("--set", o)]]
+            t1 = self.train_phase(d, "debian_pgn", 0.75 * m, s)
+            t2 = self.train_phase(d, "debian_coverage", 0.25 * m, s)
+            out[arm] = self.evaluate(f"{COV}, {m:g} min, {arm}", "precision", d, train=[t1, t2])
+        from pgn_tf import significance
+
+        (a, _), (b, _) = PRECISION_ARMS
+        test = significance.compare(out[a]["decoded"], out[b]["decoded"], "rougeLsum")
+        self.extra["precision_test"] = dict(test, cpu_flags=cpu_flags())
+        self.save()
+        print(f"[quality_table] {b} vs {a} on ROUGE-Lsum: {test}", flush=True)
+
     def arms(self, stage: str, start_dir: str, preset: str, label: str, minutes: float,
              ml_train: list) -> None:
         """Two arms from the same model: the ML objective continued, and the mixed one."""
@@ -363,6 +391,17 @@ class Table:
                        f"{cov['rouge1']}/{cov['rouge2']}/{cov['rougeLsum']}, by eval loss "
                        f"{loss_row['rouge1']}/{loss_row['rouge2']}/{loss_row['rougeLsum']}, average "
                        f"of the last 5 {avg_row['rouge1']}/{avg_row['rouge2']}/{avg_row['rougeLsum']}")
+        test = self.extra.get("precision_test")
+        arms = [x for x in self.rows if x.get("stage") == "precision"]
+        if test and len(arms) == len(PRECISION_ARMS):
+            (a, _), (b, _) = PRECISION_ARMS
+            fp32, fast = (next(x for x in arms if x["name"].endswith(", " + arm)) for arm in (a, b))
+            out.append(f"{b} vs {a} under the same budget: ROUGE-1 {fast['rouge1']} vs "
+                       f"{fp32['rouge1']} in {fast.get('train_steps')} vs {fp32.get('train_steps')} "
+                       f"steps; ROUGE-Lsum delta {test['delta']} [{test['delta_ci95'][0]}, "
+                       f"{test['delta_ci95'][1]}], p = {test['p_value']:.4f}; costs no ROUGE "
+                       f"(the delta's interval reaches 0 or above): "
+                       f"{holds(test['delta_ci95'][1] >= 0)} (CPU flags {test['cpu_flags']})")
         for stage, label in (("paulus", "paulus2017"), ("see_rl", "see2017 + coverage")):
             ml, rl = r(f"{label}, ML continued"), r(f"{label}, ML+RL (mixed)")
             test = self.extra.get(f"{stage}_rl_test")

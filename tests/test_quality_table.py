@@ -114,3 +114,20 @@ def test_the_see_rl_stage_without_the_see_stage_says_so(tmp_path):
     table.a.rl_minutes = 20.0
     with pytest.raises(SystemExit, match="--stages see first"):
         table.stage_see_rl()
+
+
+@pytest.mark.parametrize("delta, verdict", [(-0.4, "holds"), (-1.5, "does not hold")])
+def test_the_precision_verdict_reads_the_paired_test(tmp_path, delta, verdict):
+    # Costs no ROUGE while the interval of (fast - float32) reaches 0; here it is delta +- 1.
+    (a, _), (b, _) = quality_table.PRECISION_ARMS
+    rows = [_row(f"{COV}, 20 min, {a}", 45.0, "precision", train_steps=4000),
+            _row(f"{COV}, 20 min, {b}", 44.6, "precision", train_steps=6500)]
+    test = {"delta": delta, "delta_ci95": [delta - 1, delta + 1], "p_value": 0.7,
+            "cpu_flags": "avx2 avx512f avx512_bf16"}
+    claim = _claim(_table(tmp_path, rows, {"precision_test": test}).claims(), b)
+    assert "ROUGE-1 44.6 vs 45.0 in 6500 vs 4000 steps" in claim
+    assert claim.startswith(f"{b} vs {a} under the same budget")
+    assert f"reaches 0 or above): {verdict} (CPU flags avx2 avx512f avx512_bf16)" in claim
+    # one arm alone: no verdict
+    one = _table(tmp_path, rows[:1], {"precision_test": test}).claims()
+    assert not [c for c in one if c.startswith(b)]
