@@ -173,8 +173,10 @@ class TrainConfig:
     seed: int = 1234
     # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
     # variables and float32 losses (bf16 needs no loss scaling). "auto" is mixed_bfloat16 where
-    # the device multiplies bf16 natively (pgn_tf.hardware), float32 elsewhere; its cost in
-    # quality is unmeasured. README "Performance" has the figures that decided the default.
+    # the device multiplies bf16 natively (pgn_tf.hardware), float32 elsewhere. Off by default:
+    # on CPUs with AVX512_BF16 it gained 9% at the reference sizes and nothing on top of
+    # summary-length buckets (README "Performance"), with a ROUGE cost one 20-minute pair could
+    # not tell from noise (README "bfloat16 and summary-length buckets against float32").
     mixed_precision: Literal["", "auto", "mixed_bfloat16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).
