@@ -20,7 +20,7 @@ stages can run in separate invocations (a stage run again replaces its rows):
   seeds   the same pointer-generator + coverage recipe at --seed_minutes, seeds 1 and 2: their
           spread says which differences are noise.
   precision  the same recipe at --seed_minutes, seed 1, twice: float32 with batches bucketed by
-          article length (the presets' settings before the speed work), and bfloat16 mixed
+          article length (the presets' settings), and bfloat16 mixed
           precision with batches bucketed by summary length too (the speed switches); a paired
           bootstrap on ROUGE-Lsum says whether the switches cost quality under the same budget.
   paulus  Paulus et al.: ML for --minutes minus --rl_minutes, then from that model two arms of
@@ -399,8 +399,8 @@ class Table:
             out.append(f"{b} vs {a} under the same budget: ROUGE-1 {fast['rouge1']} vs "
                        f"{fp32['rouge1']} in {fast.get('train_steps')} vs {fp32.get('train_steps')} "
                        f"steps; ROUGE-Lsum delta {test['delta']} [{test['delta_ci95'][0]}, "
-                       f"{test['delta_ci95'][1]}], p = {test['p_value']:.4f}; costs no ROUGE "
-                       f"(the delta's interval reaches 0 or above): "
+                       f"{test['delta_ci95'][1]}], p = {test['p_value']:.4f}; not shown to cost "
+                       f"ROUGE (the delta's 95% interval reaches 0): "
                        f"{holds(test['delta_ci95'][1] >= 0)} (CPU flags {test['cpu_flags']})")
         for stage, label in (("paulus", "paulus2017"), ("see_rl", "see2017 + coverage")):
             ml, rl = r(f"{label}, ML continued"), r(f"{label}, ML+RL (mixed)")
