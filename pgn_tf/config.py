@@ -85,10 +85,6 @@ class ModelConfig:
     # Units per encoder direction of model_type pointer_generator (OpenNMT-py's brnn: 2 x 128
     # under a 256 decoder); 0 = hidden_dim, See et al.'s sizes.
     enc_hidden_dim: NonNegativeInt = 0
-    # How model_type pointer_generator runs its encoder's recurrence (layers/encoder.py): "loop",
-    # both directions in one tf.while_loop (XLA-compilable), or "block", TF's fused LSTM kernel,
-    # one op a direction (float32 only; under bf16 it runs the loop). The same numbers either way.
-    encoder_impl: Literal["loop", "block"] = "loop"
     emb_dim: PositiveInt = 128
     pointer_gen: bool = True
     coverage: bool = False
@@ -263,15 +259,7 @@ class Config:
             raise ValueError(_bad("model.enc_hidden_dim", f"0 with model.model_type="
                                   f"'{m.model_type}' (only pointer_generator sets it)",
                                   m.enc_hidden_dim))
-        if m.encoder_impl != "loop" and m.model_type != "pointer_generator":
-            raise ValueError(_bad("model.encoder_impl", f"'loop' with model.model_type="
-                                  f"'{m.model_type}' (only pointer_generator sets it)",
-                                  m.encoder_impl))
         t = self.train
-        if t.jit_compile and m.encoder_impl != "loop":
-            raise ValueError(_bad("train.jit_compile", "false with model.encoder_impl="
-                                  f"'{m.encoder_impl}' (XLA cannot compile the fused LSTM "
-                                  "kernel; use 'loop')", True))
         if t.jit_compile and (t.objective != "ml" or m.model_type != "pointer_generator"):
             raise ValueError(_bad("train.jit_compile", "false unless train.objective='ml' and "
                                   "model.model_type='pointer_generator' (XLA cannot compile the "

@@ -174,11 +174,6 @@ def test_speed_switches_are_off_by_default():
     (["train.jit_compile=true", "train.objective=mixed"], "'train.jit_compile': expected false "
      "unless train.objective='ml'"),
     (["train.jit_compile=true", "model.model_type=deep_reinforced"], "'train.jit_compile'"),
-    (["train.jit_compile=true", "model.encoder_impl=block"], "'train.jit_compile': expected "
-     "false with model.encoder_impl='block'"),
-    (["model.model_type=abs", "model.encoder_impl=block"], "'model.encoder_impl': expected "
-     "'loop' with model.model_type='abs'"),
-    (["model.encoder_impl=cudnn"], "'model.encoder_impl': expected one of"),
 ])
 def test_speed_fields_are_checked_against_the_model_and_objective(overrides, message):
     with pytest.raises(ValueError, match=message):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-IMPLEMENTATIONS = ("loop", "block", "keras")
+IMPLEMENTATIONS = ("loop", "keras")
 
 
 class BiLSTMEncoder(keras.layers.Layer):
@@ -21,12 +21,6 @@ class BiLSTMEncoder(keras.layers.Layer):
         XLA-compilable. Steps past an article's length run on padding: their outputs are
         zeroed and the final states are read at step length - 1 (zero for an empty article,
         as the masked Keras layer gives).
-      "block": the same, each direction in one op: TF's fused LSTM kernel (`BlockLSTM`, gates
-        ordered i, g, f, o), whose gradient is one op too, so the ~45 small ops a step of the
-        while loop (forward and backward) are not dispatched one by one. Not BlockLSTMV2: TF
-        registers the first version's gradient for it, which assumes the other gate order
-        (its gradients are wrong: tests/layers/test_encoder.py). float32 and float16 only (the
-        kernel's types): under bf16 it runs the "loop". Not XLA-compilable.
       "keras": the Keras layer itself (a masked while loop per direction; cuDNN on a GPU).
 
     Args:
@@ -86,9 +80,7 @@ class BiLSTMEncoder(keras.layers.Layer):
             h = tf.concat([fw_h, bw_h], axis=-1)
             c = tf.concat([fw_c, bw_c], axis=-1)
         else:
-            lengths = tf.reduce_sum(tf.cast(mask, tf.int32), axis=1)
-            fused = self.implementation == "block" and emb.dtype in (tf.float32, tf.float16)
-            outputs, h, c = (self._block if fused else self._loop)(emb, lengths)
+            outputs, h, c = self._loop(emb, tf.reduce_sum(tf.cast(mask, tf.int32), axis=1))
         outputs = outputs * tf.cast(mask, outputs.dtype)[:, :, None]
         if self.reduce_states:
             h, c = self.reduce_h(h), self.reduce_c(c)
@@ -148,31 +140,6 @@ class BiLSTMEncoder(keras.layers.Layer):
                                         (tf.constant(0), zeros, zeros, *arrays),
                                         maximum_iterations=steps)
         hs, cs = hs.stack(), cs.stack()  # [L, 2, B, H]
-        return self._sequence(hs, lengths), self._final(hs, lengths), self._final(cs, lengths)
-
-    def _block(self, emb, lengths):
-        """The recurrence of `_loop`, by BlockLSTM: one op a direction over all steps (steps
-        past an article's length run on padding, as in `_loop`)."""
-
-        def igfo(w):  # Keras's gate order i, f, g, o -> the kernel's i, g, f, o
-            i, f, g, o = tf.split(w, 4, axis=-1)
-            return tf.concat([i, g, f, o], axis=-1)
-
-        kernel, recurrent, bias = self._weights(emb.dtype)
-        x = tf.transpose(emb, [1, 0, 2])  # [L, B, E]
-        steps, b = tf.shape(x)[0], tf.shape(x)[1]
-        zeros = tf.zeros([b, self.hidden_dim], emb.dtype)
-        no_peephole = tf.zeros([self.hidden_dim], emb.dtype)
-        hs, cs = [], []
-        for d, xd in enumerate((x, tf.reverse_sequence(x, lengths, seq_axis=0, batch_axis=1))):
-            out = tf.raw_ops.BlockLSTM(
-                seq_len_max=tf.cast(steps, tf.int64), x=xd, cs_prev=zeros, h_prev=zeros,
-                w=igfo(tf.concat([kernel[d], recurrent[d]], axis=0)), wci=no_peephole,
-                wcf=no_peephole, wco=no_peephole, b=igfo(bias[d]), forget_bias=0.0,
-                cell_clip=-1.0, use_peephole=False)  # Keras's bias holds the forget bias
-            hs.append(out.h)
-            cs.append(out.cs)
-        hs, cs = tf.stack(hs, axis=1), tf.stack(cs, axis=1)  # [L, 2, B, H]
         return self._sequence(hs, lengths), self._final(hs, lengths), self._final(cs, lengths)
 
     def get_config(self):

@@ -53,14 +53,12 @@ class PointerGenerator(SummarizationModel):
         emb_init_std: float = 0.0,
         dropout: float = 0.0,
         enc_hidden_dim: int = 0,
-        encoder_impl: str = "loop",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
         self.enc_hidden_dim = enc_hidden_dim
-        self.encoder_impl = encoder_impl
         enc_dim = 2 * (enc_hidden_dim or hidden_dim)  # D: encoder outputs, context
         self.enc_dim = enc_dim
         self.emb_dim = emb_dim
@@ -80,8 +78,7 @@ class PointerGenerator(SummarizationModel):
         self.embedding = keras.layers.Embedding(
             vocab_size, emb_dim, embeddings_initializer=emb_init, name="embedding"
         )
-        self.encoder = BiLSTMEncoder(enc_dim // 2, init_mag, state_dim=hidden_dim,
-                                     implementation=encoder_impl, name="encoder")
+        self.encoder = BiLSTMEncoder(enc_dim // 2, init_mag, state_dim=hidden_dim, name="encoder")
         self.cell = AttentionDecoderCell(
             hidden_dim, emb_dim, pointer_gen, coverage, init_mag, enc_dim, name="decoder"
         )
@@ -109,7 +106,6 @@ class PointerGenerator(SummarizationModel):
             emb_init_std=model_cfg.emb_init_std,
             dropout=model_cfg.dropout,
             enc_hidden_dim=model_cfg.enc_hidden_dim,
-            encoder_impl=model_cfg.encoder_impl,
         )
 
     def get_config(self):
@@ -125,7 +121,6 @@ class PointerGenerator(SummarizationModel):
             emb_init_std=self.emb_init_std,
             dropout=self.dropout,
             enc_hidden_dim=self.enc_hidden_dim,
-            encoder_impl=self.encoder_impl,
             name=self.name,
         )
 

@@ -224,25 +224,3 @@ def test_dropout_acts_in_training_only(batch, vocab):
     inference = model(batch, training=False)["logits"].numpy()
     np.testing.assert_allclose(inference, plain(batch, training=False)["logits"].numpy(), atol=1e-6)
     assert not np.allclose(model(batch, training=True)["logits"].numpy(), inference, atol=1e-4)
-
-
-def test_block_encoder_gives_the_loop_encoders_loss_and_gradients(batch, vocab):
-    """model.encoder_impl=block (TF's fused LSTM kernel) trains the same model as the loop: the
-    same weights give the same loss and the same gradient for every weight."""
-    results, weights = [], None
-    for impl in ("loop", "block"):
-        model = PointerGenerator(vocab.size, 8, 6, coverage=True, enc_hidden_dim=5,
-                                 encoder_impl=impl)
-        if weights is None:
-            weights = randomized(model, seed=11).get_weights()
-        model.set_weights(weights)
-        assert model.get_config()["encoder_impl"] == impl
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(objectives.MaximumLikelihood()(model, batch)["total"])
-        results.append((loss, tape.gradient(loss, model.trainable_weights)))
-    (loss_loop, grads_loop), (loss_block, grads_block) = results
-    np.testing.assert_allclose(loss_block.numpy(), loss_loop.numpy(), rtol=1e-5)
-    assert len(grads_block) == len(grads_loop)
-    for g, w in zip(grads_block, grads_loop):
-        np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
-                                   tf.convert_to_tensor(w).numpy(), rtol=1e-3, atol=1e-5)
