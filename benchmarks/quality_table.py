@@ -3,6 +3,7 @@ on validation with the same script, end to end.
 
     python benchmarks/quality_table.py --data_dir DIR --work_dir runs/quality \
         [--stages lead,baseline,see,seeds,paulus,see_rl,abs,decode] [--minutes 60] [--score 1500]
+        [--set model.dropout=0.3 ...]
     python benchmarks/quality_table.py --work_dir runs/quality --render
 
 DIR holds train.jsonl.gz and validation.jsonl.gz (pipelines.debian_descriptions). The first
@@ -131,7 +132,8 @@ class Table:
             "--eval_data", self.valid, "--model_dir", model_dir, "--quiet",
             "--set", f"train.max_minutes={minutes}",
             # checkpoints chosen by ROUGE are chosen on pairs after the scored ones
-            "--set", f"train.eval_rouge_skip={self.a.score}", *extra], self.log)
+            "--set", f"train.eval_rouge_skip={self.a.score}",
+            *[x for o in self.a.set for x in ("--set", o)], *extra], self.log)
         with open(os.path.join(model_dir, "train_result.json")) as f:
             result = json.load(f)
         result["phase_seconds"] = round(time.perf_counter() - t0, 1)
@@ -509,6 +511,9 @@ def main() -> None:
     p.add_argument("--abs_minutes", type=float, default=20.0, help="each ABS encoder's budget")
     p.add_argument("--score", type=int, default=1500, help="validation examples scored")
     p.add_argument("--tune", type=int, default=500, help="examples after them tune ABS+")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for every training phase of every stage "
+                        "(e.g. model.dropout=0.3); repeatable, recorded in settings.json")
     p.add_argument("--render", action="store_true",
                    help="only rewrite table.md, curves.md and report.md from results.json")
     a = p.parse_args()
@@ -522,7 +527,8 @@ def main() -> None:
     if not a.render:
         settings = table.settings()
         settings.update(minutes=a.minutes, seed_minutes=a.seed_minutes, rl_minutes=a.rl_minutes,
-                        abs_minutes=a.abs_minutes, score=a.score, cpu_flags=cpu_flags())
+                        abs_minutes=a.abs_minutes, score=a.score, overrides=a.set,
+                        cpu_flags=cpu_flags())
         with open(table.w("settings.json"), "w") as f:
             json.dump(settings, f)
         for stage in stages:
