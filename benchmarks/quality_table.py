@@ -33,7 +33,8 @@ stages can run in separate invocations (a stage run again replaces its rows):
           feature weights tuned on --tune validation pairs after the scored ones.
   decode  decoding choices on the `see` stage's coverage model, each against the same model
           without it: raw output ([UNK] not replaced), avoid_unk, trigram blocking, the GNMT
-          coverage penalty, the repeated-word block.
+          coverage penalty; and the repeated-word block on and off (one of the two is the
+          model's own default: on in debian_pgn).
 
 Writes table.md (the table, the papers' claims and the issues' targets checked), results.json,
 report.md (10 examples side by side with an attention heatmap), curves.md; prints the table
@@ -71,7 +72,9 @@ DECODE_VARIANTS = (  # (row suffix, decode overrides): each changes one thing
     ("avoid_unk", ["decode.replace_unk=false", "decode.avoid_unk=true"]),
     ("trigram blocking", ["decode.block_trigrams=true"]),
     ("coverage penalty 0.2", ["decode.coverage_penalty=0.2"]),
-    ("repeated-word block", ["decode.block_repeated_words=true"]),
+    # both ways: the block is debian_pgn's default, and off in model dirs trained before it was
+    ("repeated-word block on", ["decode.block_repeated_words=true"]),
+    ("repeated-word block off", ["decode.block_repeated_words=false"]),
 )
 
 
