@@ -78,6 +78,11 @@ DECODE_VARIANTS = (  # (row suffix, decode overrides): each changes one thing
 )
 
 
+def set_flags(overrides) -> list[str]:
+    """["--set", KEY=VALUE, ...] for a pgn_tf command, from KEY=VALUE overrides."""
+    return [x for o in overrides for x in ("--set", o)]
+
+
 def sh(args: list[str], log: str) -> None:
     """Runs a pgn_tf command, its output to a log file; fails loudly with the log's tail."""
     with open(log, "a") as f:
@@ -136,7 +141,7 @@ class Table:
             "--set", f"train.max_minutes={minutes}",
             # checkpoints chosen by ROUGE are chosen on pairs after the scored ones
             "--set", f"train.eval_rouge_skip={self.a.score}",
-            *[x for o in self.a.set for x in ("--set", o)], *extra], self.log)
+            *set_flags(self.a.set), *extra], self.log)
         with open(os.path.join(model_dir, "train_result.json")) as f:
             result = json.load(f)
         result["phase_seconds"] = round(time.perf_counter() - t0, 1)
@@ -226,9 +231,10 @@ class Table:
                 by_step[step][tag] = round(value, 4 if tag == "loss" else 2)
         return [by_step[s] for s in sorted(by_step)]
 
-    def short_recipe(self, d: str, minutes: float, extra: list) -> list:
-        """See et al.'s two phases in d, 3/4 and 1/4 of minutes, with the --set overrides in
-        extra; the phases' results."""
+    def short_recipe(self, d: str, minutes: float, overrides: list) -> list:
+        """See et al.'s two phases in d, 3/4 and 1/4 of minutes, with the KEY=VALUE overrides;
+        the phases' results."""
+        extra = set_flags(overrides)
         return [self.train_phase(d, "debian_pgn", 0.75 * minutes, extra),
                 self.train_phase(d, "debian_coverage", 0.25 * minutes, extra)]
 
@@ -237,7 +243,7 @@ class Table:
         for seed in (1, 2):
             d = self.w(f"seed{seed}")
             shutil.rmtree(d, ignore_errors=True)
-            train = self.short_recipe(d, m, ["--set", f"train.seed={seed}"])
+            train = self.short_recipe(d, m, [f"train.seed={seed}"])
             self.evaluate(f"{COV}, {m:g} min, seed {seed}", "seeds", d, train=train)
 
     def stage_precision(self) -> None:
@@ -245,9 +251,8 @@ class Table:
         for arm, overrides in PRECISION_ARMS:
             d = self.w("precision_" + arm.split(",")[0])
             shutil.rmtree(d, ignore_errors=True)
-            s = ["--set", "train.seed=1", *[x for o in overrides for x in ("--set", o)]]
             out[arm] = self.evaluate(f"{COV}, {m:g} min, {arm}", "precision", d,
-                                     train=self.short_recipe(d, m, s))
+                                     train=self.short_recipe(d, m, ["train.seed=1", *overrides]))
         from pgn_tf import significance
 
         (a, _), (b, _) = PRECISION_ARMS
@@ -312,8 +317,7 @@ class Table:
     def stage_decode(self) -> None:
         d = self.w("pgn")
         for suffix, overrides in DECODE_VARIANTS:
-            extra = [x for o in overrides for x in ("--set", o)]
-            self.evaluate(f"{COV}, {suffix}", "decode", d, extra)
+            self.evaluate(f"{COV}, {suffix}", "decode", d, set_flags(overrides))
 
     # -- output ---------------------------------------------------------------------------------
 
