@@ -397,7 +397,7 @@ def debian_pgn() -> Config:
     "Dropout: the 60-minute recipe regularised"). debian_baseline, not re-run with it, has none.
     Decoding blocks repeated words (`decode.block_repeated_words`): without the block 11.07% of
     that model's outputs repeat a word where 8.33% of the references do, with it 2.87%, for
-    0.16 ROUGE-1 (coverage, the paper's remedy, did not lower it here: same section).
+    0.16 ROUGE-1 (coverage, the paper's remedy, did not lower it at H = 128: same section).
     LSTMs of H = 256 (embeddings stay 128): with dropout the H = 128 model's eval loss stopped
     falling after 30 minutes, and at H = 256 the 60-minute recipe scored +1.10 ROUGE-Lsum (paired
     bootstrap p = 0.008; ROUGE-1 +0.61, p = 0.09) in half the steps (README "A larger model").
