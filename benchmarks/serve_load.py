@@ -1,7 +1,8 @@
 """Serving load: QPS and p50/p99 latency of serving.server over gRPC, with and without batching.
 
     python benchmarks/serve_load.py --model_base_path runs/quickstart/export/pgn \
-        [--concurrency 1 16] [--seconds 20] [--data validation.jsonl.gz]
+        [--concurrency 1 16] [--seconds 20] [--data validation.jsonl.gz] \
+        [--max_batch_size 16] [--batch_timeout_micros 20000] [--num_batch_threads 1]
 
 For each batching mode a fresh server process starts on loopback; each concurrency level runs
 for --seconds with one article per request (the realistic TF Serving client pattern), counting
@@ -68,12 +69,15 @@ def main() -> None:
     p.add_argument("--data")
     p.add_argument("--max_batch_size", type=int, default=16)
     p.add_argument("--batch_timeout_micros", type=int, default=20000)
+    p.add_argument("--num_batch_threads", type=int, default=1,
+                   help="batches run at once (TF Serving's advice: the number of cores)")
     a = p.parse_args()
     articles = articles_from(a.data, 200)
     conf = tempfile.NamedTemporaryFile("w", suffix=".config", delete=False)
     conf.write(f"max_batch_size {{ value: {a.max_batch_size} }}\n"
                f"batch_timeout_micros {{ value: {a.batch_timeout_micros} }}\n"
-               "max_enqueued_batches { value: 64 }\nnum_batch_threads { value: 1 }\n")
+               f"max_enqueued_batches {{ value: 64 }}\n"
+               f"num_batch_threads {{ value: {a.num_batch_threads} }}\n")
     conf.close()
     for batching in (False, True):
         extra = ["--enable_batching", "--batching_parameters_file", conf.name] if batching else []
@@ -83,7 +87,8 @@ def main() -> None:
             for c in a.concurrency:
                 res = load(port, a.model_name, articles, c, a.seconds)
                 emit("serve_load", {"batching": batching, "concurrency": c, **res,
-                                    "seconds": a.seconds})
+                                    "seconds": a.seconds, "max_batch_size": a.max_batch_size,
+                                    "num_batch_threads": a.num_batch_threads})
         finally:
             stop_server(proc)
 

@@ -168,6 +168,15 @@ def test_speed_switches_are_off_by_default():
     assert cfg.model.enc_hidden_dim == 0
 
 
+def test_the_debian_see_presets_take_the_measured_speed_switches():
+    """Measured at no ROUGE cost (README "bfloat16 at H = 256"): debian_pgn and debian_coverage
+    bucket by summary length and use bf16 where the CPU multiplies it natively, and so does
+    the speed comparison's reference_onmt."""
+    for name in ("debian_pgn", "debian_coverage", "reference_onmt"):
+        cfg = config.resolve(name)
+        assert (cfg.train.mixed_precision, cfg.data.bucket_by_summary_length) == ("auto", True)
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["model.model_type=abs", "model.enc_hidden_dim=64"], "'model.enc_hidden_dim': expected 0 "
      "with model.model_type='abs'"),

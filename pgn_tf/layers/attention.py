@@ -62,12 +62,18 @@ class BahdanauAttention(keras.layers.Layer):
     def precompute(self, enc_outputs):
         return self.w_h(enc_outputs)
 
-    def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None):
-        feats = enc_features + self.w_s(query)[:, None, :]  # [B, L, A]
+    def alignment(self, enc_features, enc_mask, query, coverage=None):
+        """a^t alone (eq. 11 and 2), float [B, L]: what a loop over steps needs when the
+        context (eq. 3) is formed after it. expand_dims, not [:, None]: a strided slice's
+        gradient costs a kernel of its own every step."""
+        feats = enc_features + tf.expand_dims(self.w_s(query), 1)  # [B, L, A]
         if self.use_coverage and coverage is not None:
-            feats = feats + coverage[:, :, None] * self.w_c
+            feats = feats + tf.expand_dims(coverage, -1) * self.w_c
         scores = tf.reduce_sum(self.v * tf.tanh(feats), axis=-1)  # [B, L]
-        attn = masked_softmax(scores, enc_mask)
+        return masked_softmax(scores, enc_mask)
+
+    def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None):
+        attn = self.alignment(enc_features, enc_mask, query, coverage)
         context = tf.einsum("bl,bld->bd", attn, enc_outputs)
         return context, attn
 

@@ -11,8 +11,13 @@ The vocabulary layer (second linear of eq. 4) is applied by the model, to all st
 
 Teacher forcing runs only what feeds the recurrence inside the loop (`step`): the embedding
 half of x_t, W_x[:E] emb(y_{t-1}) + b, is computed for all steps before it (`embed_inputs`),
-and o_t and p_gen after it, over all steps at once (`outputs`). `call` is one whole step, for
-the search.
+and o_t and p_gen after it, over all steps at once (`outputs`). The context half enters the
+recurrence as W_x[E:] h*_{t-1} = sum_i a_i^{t-1} (W_x[E:] h_i): the encoder states are
+projected to E once per article (`feed_inputs`), the loop carries that E-wide vector, and the
+contexts h*_t themselves (eq. 3, D wide) are formed after the loop for all steps in one batched
+matmul (`contexts`): the same numbers, with the per-step weighted sum and the gradient it
+leaves to accumulate E wide instead of D (a quarter at See et al.'s D = 4E). `call` is one
+whole step, for the search.
 """
 
 from __future__ import annotations
@@ -84,24 +89,34 @@ class AttentionDecoderCell(keras.layers.Layer):
         bias = tf.cast(self.input_proj.bias, self.compute_dtype)
         return tf.tensordot(x_emb, kernel, 1) + bias
 
+    def feed_inputs(self, enc_outputs):
+        """W_x[E:] h_i for every encoder state, float [B, L, E] (once per article): the context
+        half of x_{t+1} is then sum_i a_i^t of these (module docstring)."""
+        return tf.tensordot(enc_outputs, self.context_kernel(), 1)
+
     def context_kernel(self):
-        """The context half of W_x, float [D, E] (read once outside a loop over steps)."""
+        """The context half of W_x, float [D, E]."""
         return tf.cast(self.input_proj.kernel, self.compute_dtype)[self.emb_dim:]
 
-    def step(self, x_part, state, enc, context_kernel=None):
+    def step(self, x_part, state, enc, enc_fed):
         """The recurrence alone. x_part: float [B, E] = embed_inputs(emb(y_{t-1}));
-        context_kernel: context_kernel(), if already read.
-        Returns the new state and dict(x [B, E], attn [B, L], coverage [B, L] = c^t)."""
-        if context_kernel is None:
-            context_kernel = self.context_kernel()
-        x = x_part + tf.matmul(state["context"], context_kernel)  # W_x [emb; h*_{t-1}] + b
+        enc_fed: feed_inputs(enc["outputs"]). state: dict(h, c [B, H], fed [B, E] = W_x[E:]
+        h*_{t-1}, coverage [B, L]) (the first fed: W_x[E:] of the initial context, zero).
+        Returns the new state and dict(x [B, E], attn [B, L], coverage [B, L] = c^t); the
+        context h*_t is `contexts(attn, enc["outputs"])`."""
+        x = x_part + state["fed"]  # W_x [emb; h*_{t-1}] + b
         _, (h, c) = self.lstm(x, [state["h"], state["c"]])
         cov = state["coverage"] if self.coverage else None
-        context, attn = self.attention(
-            enc["features"], enc["outputs"], enc["mask"], tf.concat([c, h], -1), cov
-        )
-        new_state = {"h": h, "c": c, "context": context, "coverage": state["coverage"] + attn}
+        attn = self.attention.alignment(enc["features"], enc["mask"], tf.concat([c, h], -1), cov)
+        fed = tf.einsum("bl,ble->be", attn, enc_fed)
+        new_state = {"h": h, "c": c, "fed": fed, "coverage": state["coverage"] + attn}
         return new_state, {"x": x, "attn": attn, "coverage": state["coverage"]}
+
+    @staticmethod
+    def contexts(attn, enc_outputs):
+        """h*_t (eq. 3) of every step at once: attn float [B, T, L], enc_outputs [B, L, D] ->
+        [B, T, D]."""
+        return tf.matmul(attn, enc_outputs)
 
     def outputs(self, h, c, context, x):
         """o_t float [..., H] and the p_gen logit [...] (eq. 4's first layer, eq. 8) from one
@@ -114,11 +129,15 @@ class AttentionDecoderCell(keras.layers.Layer):
         return output, p_gen_logit
 
     def call(self, x_emb, state, enc):
-        new_state, extras = self.step(self.embed_inputs(x_emb), state, enc)
-        output, p_gen_logit = self.outputs(new_state["h"], new_state["c"],
-                                           new_state["context"], extras["x"])
-        extras = {"attn": extras["attn"], "p_gen_logit": p_gen_logit,
-                  "coverage": extras["coverage"]}
+        x = self.embed_inputs(x_emb) + tf.matmul(state["context"], self.context_kernel())
+        _, (h, c) = self.lstm(x, [state["h"], state["c"]])
+        cov = state["coverage"] if self.coverage else None
+        context, attn = self.attention(
+            enc["features"], enc["outputs"], enc["mask"], tf.concat([c, h], -1), cov
+        )
+        output, p_gen_logit = self.outputs(h, c, context, x)
+        new_state = {"h": h, "c": c, "context": context, "coverage": state["coverage"] + attn}
+        extras = {"attn": attn, "p_gen_logit": p_gen_logit, "coverage": state["coverage"]}
         return output, new_state, extras
 
     def get_config(self):

@@ -90,9 +90,15 @@ class BiLSTMEncoder(keras.layers.Layer):
 
     def _weights(self, dtype):
         """(kernel [2, E, 4H], recurrent kernel [2, H, 4H], bias [2, 4H]): forward, backward;
-        Keras's gate order i, f, g, o."""
+        gate blocks reordered from Keras's i, f, g, o to i, f, o, g, so that one sigmoid covers
+        the three gates and one tanh the candidate (fewer kernels a step)."""
         cells = (self.bilstm.forward_layer.cell, self.bilstm.backward_layer.cell)
-        stack = lambda name: tf.stack([tf.cast(getattr(c, name), dtype) for c in cells])  # noqa: E731
+        h = self.hidden_dim
+
+        def stack(name):
+            w = tf.stack([tf.cast(getattr(c, name), dtype) for c in cells])
+            return tf.concat([w[..., :2 * h], w[..., 3 * h:], w[..., 2 * h:3 * h]], axis=-1)
+
         return stack("kernel"), stack("recurrent_kernel"), stack("bias")
 
     @staticmethod
@@ -128,10 +134,11 @@ class BiLSTMEncoder(keras.layers.Layer):
         inputs = tf.TensorArray(emb.dtype, size=steps).unstack(xw)
 
         def body(t, h, c, hs, cs):
-            z = inputs.read(t) + tf.matmul(h, recurrent)  # [2, B, 4H]
-            i, f, g, o = tf.split(z, 4, axis=-1)
-            c = tf.sigmoid(f) * c + tf.sigmoid(i) * tf.tanh(g)
-            h = tf.sigmoid(o) * tf.tanh(c)
+            z = inputs.read(t) + tf.matmul(h, recurrent)  # [2, B, 4H]: i, f, o | g
+            gates, g = tf.split(z, [3 * self.hidden_dim, self.hidden_dim], axis=-1)
+            i, f, o = tf.split(tf.sigmoid(gates), 3, axis=-1)
+            c = f * c + i * tf.tanh(g)
+            h = o * tf.tanh(c)
             return t + 1, h, c, hs.write(t, h), cs.write(t, c)
 
         zeros = tf.zeros([2, b, self.hidden_dim], emb.dtype)

@@ -182,8 +182,8 @@ class PointerGenerator(SummarizationModel):
         """Teacher-forced pass.
 
         Only what feeds the recurrence runs inside the loop over steps (AttentionDecoderCell
-        `step`); the embedding half of the decoder input before it, o_t and p_gen after it, each
-        as one matmul over all steps.
+        `step`); the embedding half of the decoder input before it, the contexts, o_t and p_gen
+        after it, each as one matmul over all steps.
 
         Returns dict: output float [B, T, H] (o_t, after dropout: the vocabulary layer's
         input); logits float [B, T, V]; attn, coverage float [B, T, L]; p_gen_logit [B, T].
@@ -198,22 +198,25 @@ class PointerGenerator(SummarizationModel):
         dec_emb = self.drop(self.embed_ids(features["dec_input"]), training=training)  # [B, T, E]
         x_part = self.cell.embed_inputs(tf.transpose(dec_emb, [1, 0, 2]))  # [T, B, E]
         steps = tf.shape(x_part)[0]
-        context_kernel = self.cell.context_kernel()  # [D, E], read once for all steps
+        enc_fed = self.cell.feed_inputs(enc["outputs"])  # [B, L, E], once for all steps
         dtype = enc["outputs"].dtype
-        keys = ("h", "c", "context", "x", "attn", "coverage")
+        keys = ("h", "c", "x", "attn", "coverage")
         arrays = {k: tf.TensorArray(dtype, size=steps) for k in keys}
         inputs = tf.TensorArray(dtype, size=steps).unstack(x_part)
+        state = {"h": state["h"], "c": state["c"], "coverage": state["coverage"],
+                 "fed": tf.zeros([tf.shape(x_part)[1], self.emb_dim], dtype)}  # h*_0 = 0
 
         def body(t, state, arrays):
-            state, extras = self.cell.step(inputs.read(t), state, enc, context_kernel)
-            values = dict(extras, h=state["h"], c=state["c"], context=state["context"])
+            state, extras = self.cell.step(inputs.read(t), state, enc, enc_fed)
+            values = dict(extras, h=state["h"], c=state["c"])
             arrays = {k: ta.write(t, values[k]) for k, ta in arrays.items()}
             return t + 1, state, arrays
 
         _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body,
                                      (tf.constant(0), state, arrays), maximum_iterations=steps)
         seq = {k: self.batch_major(ta) for k, ta in arrays.items()}  # [B, T, ...]
-        output, p_gen_logit = self.cell.outputs(seq["h"], seq["c"], seq["context"], seq["x"])
+        context = self.cell.contexts(seq["attn"], enc["outputs"])  # [B, T, D], eq. 3
+        output, p_gen_logit = self.cell.outputs(seq["h"], seq["c"], context, seq["x"])
         output = self.drop(output, training=training)
         return {"output": output, "logits": self.vocab_proj(output), "attn": seq["attn"],
                 "coverage": seq["coverage"], "p_gen_logit": p_gen_logit}

@@ -119,31 +119,44 @@ def test_two_steps_match_numpy(pointer_gen, coverage, enc_dim):
 
 @pytest.mark.parametrize("pointer_gen, coverage", CONFIGS)
 def test_teacher_forcing_split_matches_numpy(pointer_gen, coverage):
-    """The teacher-forced path: `embed_inputs` over all steps before the loop, `step` (the
-    recurrence alone) inside it, `outputs` (o_t and p_gen) over all steps after it; the same
-    numbers as NumPy's whole steps."""
+    """The teacher-forced path: `embed_inputs` and `feed_inputs` before the loop, `step` (the
+    recurrence alone, carrying W_x's context half of h*_{t-1}, not h*_{t-1}) inside it,
+    `contexts` (eq. 3) and `outputs` (o_t and p_gen) over all steps after it; the same numbers
+    as NumPy's whole steps."""
     cell = randomized_cell(pointer_gen, coverage, enc_dim=6)
     enc_out, mask, state, x_embs = inputs(seed=3, enc_dim=6)
+    assert np.abs(state["context"]).max() > 0  # a non-zero h*_0, so `fed` is tested
     enc = {"outputs": tf.constant(enc_out), "mask": tf.constant(mask),
            "features": cell.attention.precompute(tf.constant(enc_out))}
     weights = decoder_weights(cell)
     x_parts = cell.embed_inputs(tf.constant(x_embs))  # [T, B, E], before the loop
-    tf_state, seq = {k: tf.constant(v) for k, v in state.items()}, []
+    enc_fed = cell.feed_inputs(enc["outputs"])  # [B, L, E]
+    fed = state["context"] @ weights["input_proj"][0][E:]
+    tf_state = {"h": tf.constant(state["h"]), "c": tf.constant(state["c"]),
+                "coverage": tf.constant(state["coverage"]), "fed": tf.constant(fed)}
+    seq = []
     for t in range(len(x_embs)):
-        tf_state, extras = cell.step(x_parts[t], tf_state, enc)
-        seq.append(dict(extras, h=tf_state["h"], c=tf_state["c"], context=tf_state["context"]))
-    stacked = {k: tf.stack([s[k] for s in seq]) for k in seq[0]}  # [T, B, ...]
-    outputs, p_gen_logit = cell.outputs(stacked["h"], stacked["c"], stacked["context"],
-                                        stacked["x"])  # after the loop, all steps at once
+        tf_state, extras = cell.step(x_parts[t], tf_state, enc, enc_fed)
+        seq.append(dict(extras, h=tf_state["h"], c=tf_state["c"]))
+    stacked = {k: tf.stack([s[k] for s in seq], axis=1) for k in seq[0]}  # [B, T, ...]
+    contexts = cell.contexts(stacked["attn"], enc["outputs"])  # after the loop, all steps
+    outputs, p_gen_logit = cell.outputs(stacked["h"], stacked["c"], contexts, stacked["x"])
     for t, x_emb in enumerate(x_embs):
         want_out, want_state, want_attn, want_z = np_step(weights, x_emb, state, enc_out, mask)
-        np.testing.assert_allclose(stacked["coverage"][t].numpy(), state["coverage"], rtol=1e-6)
-        np.testing.assert_allclose(stacked["attn"][t].numpy(), want_attn, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(outputs[t].numpy(), want_out, rtol=1e-5, atol=1e-5)
-        np.testing.assert_allclose(p_gen_logit[t].numpy(), want_z, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(stacked["coverage"][:, t].numpy(), state["coverage"],
+                                   rtol=1e-6)
+        np.testing.assert_allclose(stacked["attn"][:, t].numpy(), want_attn, rtol=1e-5,
+                                   atol=1e-6)
+        np.testing.assert_allclose(contexts[:, t].numpy(), want_state["context"], rtol=1e-5,
+                                   atol=1e-5)
+        np.testing.assert_allclose(outputs[:, t].numpy(), want_out, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(p_gen_logit[:, t].numpy(), want_z, rtol=1e-5, atol=1e-5)
         state = want_state
-    for key in state:
+    for key in ("h", "c", "coverage"):
         np.testing.assert_allclose(tf_state[key].numpy(), state[key], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(tf_state["fed"].numpy(),
+                               state["context"] @ weights["input_proj"][0][E:], rtol=1e-5,
+                               atol=1e-5)
 
 
 @pytest.mark.parametrize("pointer_gen, coverage", CONFIGS)
