@@ -479,8 +479,9 @@ def reference_onmt() -> Config:
     cfg.model.emb_dim = 128
     cfg.train.batch_size = 32
     # As debian_pgn: batches bucketed by summary length as well (OpenNMT-py sorts by length
-    # too) and bf16 where the CPU multiplies it natively; 1.06x and 1.15x on top of it, in one
-    # run of benchmarks/compare_peer.py (README "Performance"), at no ROUGE cost at H = 256.
+    # too) and bf16 where the CPU multiplies it natively: 1.07x, and bf16 1.15x on top of the
+    # buckets, in one run of benchmarks/compare_peer.py (README "Performance"); neither cost
+    # ROUGE in debian_pgn's 60-minute run.
     cfg.data.bucket_by_summary_length = True
     cfg.train.mixed_precision = "auto"
     cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=0, max_dec_steps=30, batch_size=64)
