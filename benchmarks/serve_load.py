@@ -76,7 +76,7 @@ def main() -> None:
     conf = tempfile.NamedTemporaryFile("w", suffix=".config", delete=False)
     conf.write(f"max_batch_size {{ value: {a.max_batch_size} }}\n"
                f"batch_timeout_micros {{ value: {a.batch_timeout_micros} }}\n"
-               f"max_enqueued_batches {{ value: 64 }}\n"
+               "max_enqueued_batches { value: 64 }\n"
                f"num_batch_threads {{ value: {a.num_batch_threads} }}\n")
     conf.close()
     for batching in (False, True):

@@ -402,7 +402,7 @@ def debian_pgn() -> Config:
     falling after 30 minutes, and at H = 256 the 60-minute recipe scored +1.10 ROUGE-Lsum (paired
     bootstrap p = 0.008; ROUGE-1 +0.61, p = 0.09) in half the steps (README "A larger model").
     Training batches bucketed by summary length and, on CPUs that multiply bf16 natively,
-    bfloat16 mixed precision (`auto`): at H = 256 the two made a step 1.40x faster, and the
+    bfloat16 mixed precision (`auto`): at H = 256 the two made a step 1.41x faster, and the
     60-minute recipe ran 16,422 steps instead of 11,620 for the same ROUGE (+0.21 ROUGE-1
     [-0.73, 1.16], README "bfloat16 at H = 256").
     """

@@ -98,6 +98,13 @@ class AttentionDecoderCell(keras.layers.Layer):
         """The context half of W_x, float [D, E]."""
         return tf.cast(self.input_proj.kernel, self.compute_dtype)[self.emb_dim:]
 
+    def _lstm(self, x, state):
+        """s_t = LSTM(x_t, s_{t-1}) -> h, c [B, H] and the attention's query s_t = [c; h] (See
+        et al.'s code) and coverage (None without it)."""
+        _, (h, c) = self.lstm(x, [state["h"], state["c"]])
+        cov = state["coverage"] if self.coverage else None
+        return h, c, tf.concat([c, h], -1), cov
+
     def step(self, x_part, state, enc, enc_fed):
         """The recurrence alone. x_part: float [B, E] = embed_inputs(emb(y_{t-1}));
         enc_fed: feed_inputs(enc["outputs"]). state: dict(h, c [B, H], fed [B, E] = W_x[E:]
@@ -105,9 +112,8 @@ class AttentionDecoderCell(keras.layers.Layer):
         Returns the new state and dict(x [B, E], attn [B, L], coverage [B, L] = c^t); the
         context h*_t is `contexts(attn, enc["outputs"])`."""
         x = x_part + state["fed"]  # W_x [emb; h*_{t-1}] + b
-        _, (h, c) = self.lstm(x, [state["h"], state["c"]])
-        cov = state["coverage"] if self.coverage else None
-        attn = self.attention.alignment(enc["features"], enc["mask"], tf.concat([c, h], -1), cov)
+        h, c, query, cov = self._lstm(x, state)
+        attn = self.attention.alignment(enc["features"], enc["mask"], query, cov)
         fed = tf.einsum("bl,ble->be", attn, enc_fed)
         new_state = {"h": h, "c": c, "fed": fed, "coverage": state["coverage"] + attn}
         return new_state, {"x": x, "attn": attn, "coverage": state["coverage"]}
@@ -130,11 +136,8 @@ class AttentionDecoderCell(keras.layers.Layer):
 
     def call(self, x_emb, state, enc):
         x = self.embed_inputs(x_emb) + tf.matmul(state["context"], self.context_kernel())
-        _, (h, c) = self.lstm(x, [state["h"], state["c"]])
-        cov = state["coverage"] if self.coverage else None
-        context, attn = self.attention(
-            enc["features"], enc["outputs"], enc["mask"], tf.concat([c, h], -1), cov
-        )
+        h, c, query, cov = self._lstm(x, state)
+        context, attn = self.attention(enc["features"], enc["outputs"], enc["mask"], query, cov)
         output, p_gen_logit = self.outputs(h, c, context, x)
         new_state = {"h": h, "c": c, "context": context, "coverage": state["coverage"] + attn}
         extras = {"attn": attn, "p_gen_logit": p_gen_logit, "coverage": state["coverage"]}
