@@ -67,3 +67,38 @@ def articles_from(path: str | None, n: int, model_dir: str | None = None) -> lis
     from pgn_tf.data import synthetic
 
     return [e.article for e in synthetic.generate(n, seed=99)]
+
+
+_WRAPPERS = ("ExecutorState::Process", "ParallelFor")  # spans around ops, not ops
+
+
+def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
+    """(op type, % of op time) of the profiled steps, from the trace's XPlane (host ops)."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    totals: dict[str, float] = {}
+    for root, _, files in os.walk(logdir):
+        for fn in files:
+            if not fn.endswith(".xplane.pb"):
+                continue
+            space = xplane_pb2.XSpace()
+            with open(os.path.join(root, fn), "rb") as f:
+                space.ParseFromString(f.read())
+            for plane in space.planes:
+                names = {k: v.name for k, v in plane.event_metadata.items()}
+                for line in plane.lines:
+                    # op events sit on "TF Ops" lines, or (TF 2.21's host trace) on the
+                    # executor's "tf_Compute/..." threads, inside ExecutorState::Process spans
+                    # that would count them twice
+                    if not ("tf_op" in line.name.lower() or "TF Ops" in line.name
+                            or line.name.startswith("tf_Compute")):
+                        continue
+                    for ev in line.events:
+                        name = names.get(ev.metadata_id, "?")
+                        if name in _WRAPPERS:
+                            continue
+                        op = name.split(":")[-1] if ":" in name else name
+                        totals[op] = totals.get(op, 0.0) + ev.duration_ps / 1e12
+    total = sum(totals.values()) or 1.0
+    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
+    return [(op, round(100 * t / total, 1)) for op, t in ranked]

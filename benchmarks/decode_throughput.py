@@ -2,12 +2,14 @@
 
     python benchmarks/decode_throughput.py --model_dir runs/quickstart/model \
         [--data validation.jsonl.gz] [--articles 256] [--beams 1 4] [--batches 1 32] \
-        [--sort_by_length] [--set decode.KEY=VALUE ...]
+        [--sort_by_length] [--set decode.KEY=VALUE ...] [--profile DIR]
 
 Each (beam, batch) cell decodes the same articles after one warm-up batch and prints
 articles/s (wall clock) and the process's CPU milliseconds per article (less sensitive to other
 work on a shared machine), with the CPU's vector flags; a JSON line per cell follows.
---sort_by_length decodes batches of similar article length, as evaluate does.
+--sort_by_length decodes batches of similar article length, as evaluate does. `--profile DIR`
+traces the in-process search over the same articles once more, after the timed pass of each
+cell, with tf.profiler (TensorBoard's profile tab) and prints the ops that took the most time.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.common import articles_from, cpu_flags, emit  # noqa: E402
+from benchmarks.common import articles_from, cpu_flags, emit, top_ops  # noqa: E402
 from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import export  # noqa: E402
 from pgn_tf.inference import Summarizer  # noqa: E402
@@ -54,6 +56,7 @@ def main() -> None:
     p.add_argument("--sort_by_length", action="store_true",
                    help="batches of similar article length (as evaluate decodes)")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE")
+    p.add_argument("--profile", metavar="DIR", help="tf.profiler trace of one more pass")
     a = p.parse_args()
     articles = articles_from(a.data, a.articles)[: a.articles]
     if a.sort_by_length:
@@ -77,12 +80,17 @@ def main() -> None:
                          input_signature=[tf.TensorSpec([None], tf.string)])
         for batch in a.batches:
             rate, chars, cpu_ms = time_fn(lambda x, fn=fn: fn(tf.constant(x)), articles, batch)
-            emit("decode_in_process", {"beam": beam, "batch": batch,
-                                       "articles_per_sec": round(rate, 2),
-                                       "cpu_ms_per_article": round(cpu_ms, 2),
-                                       "mean_summary_chars": round(chars, 1),
-                                       "max_dec_steps": dc.max_dec_steps,
-                                       "articles": len(articles), "cpu_flags": flags})
+            result = {"beam": beam, "batch": batch, "articles_per_sec": round(rate, 2),
+                      "cpu_ms_per_article": round(cpu_ms, 2),
+                      "mean_summary_chars": round(chars, 1), "max_dec_steps": dc.max_dec_steps,
+                      "articles": len(articles), "cpu_flags": flags}
+            if a.profile:
+                logdir = os.path.join(a.profile, f"beam{beam}_batch{batch}")
+                tf.profiler.experimental.start(logdir)
+                time_fn(lambda x, fn=fn: fn(tf.constant(x)), articles, batch)
+                tf.profiler.experimental.stop()
+                result["top_ops_pct"] = top_ops(logdir)
+            emit("decode_in_process", result)
             if saved is not None:
                 def run_saved(x, beam=beam):
                     return saved(articles=tf.constant(x), beam_size=tf.constant(beam),

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from benchmarks.common import emit  # noqa: E402
+from benchmarks.common import emit, top_ops  # noqa: E402
 from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import train  # noqa: E402
 from pgn_tf.data import dataset, synthetic  # noqa: E402
@@ -82,41 +82,6 @@ def batch_flops(cfg: config_lib.Config, vocab: int, batch: dict) -> tuple[float,
 def _local(value) -> list:
     """The per-replica parts of a (possibly distributed) batch value."""
     return list(getattr(value, "values", (value,)))
-
-
-_WRAPPERS = ("ExecutorState::Process", "ParallelFor")  # spans around ops, not ops
-
-
-def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
-    """(op type, % of op time) of the profiled steps, from the trace's XPlane (host ops)."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    totals: dict[str, float] = {}
-    for root, _, files in os.walk(logdir):
-        for fn in files:
-            if not fn.endswith(".xplane.pb"):
-                continue
-            space = xplane_pb2.XSpace()
-            with open(os.path.join(root, fn), "rb") as f:
-                space.ParseFromString(f.read())
-            for plane in space.planes:
-                names = {k: v.name for k, v in plane.event_metadata.items()}
-                for line in plane.lines:
-                    # op events sit on "TF Ops" lines, or (TF 2.21's host trace) on the
-                    # executor's "tf_Compute/..." threads, inside ExecutorState::Process spans
-                    # that would count them twice
-                    if not ("tf_op" in line.name.lower() or "TF Ops" in line.name
-                            or line.name.startswith("tf_Compute")):
-                        continue
-                    for ev in line.events:
-                        name = names.get(ev.metadata_id, "?")
-                        if name in _WRAPPERS:
-                            continue
-                        op = name.split(":")[-1] if ":" in name else name
-                        totals[op] = totals.get(op, 0.0) + ev.duration_ps / 1e12
-    total = sum(totals.values()) or 1.0
-    ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]
-    return [(op, round(100 * t / total, 1)) for op, t in ranked]
 
 
 def measure(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
