@@ -73,7 +73,7 @@ _WRAPPERS = ("ExecutorState::Process", "ParallelFor")  # spans around ops, not o
 
 
 def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
-    """(op type, % of op time) of the profiled steps, from the trace's XPlane (host ops)."""
+    """(op type, % of op time) of a tf.profiler trace under logdir, from its XPlane (host ops)."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     totals: dict[str, float] = {}
