@@ -135,7 +135,7 @@ class AttentionDecoderCell(keras.layers.Layer):
         return output, p_gen_logit
 
     def call(self, x_emb, state, enc):
-        x = self.embed_inputs(x_emb) + tf.matmul(state["context"], self.context_kernel())
+        x = self.input_proj(tf.concat([x_emb, state["context"]], -1))  # W_x [emb; h*_{t-1}] + b
         h, c, query, cov = self._lstm(x, state)
         context, attn = self.attention(enc["features"], enc["outputs"], enc["mask"], query, cov)
         output, p_gen_logit = self.outputs(h, c, context, x)
