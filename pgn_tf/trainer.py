@@ -59,6 +59,33 @@ def barrier(strategy: tf.distribute.Strategy) -> None:
                                         axis=None))()
 
 
+def clip_and_guard(grads, norm, finite, max_norm: float, n: int = 1):
+    """The gradients to apply: clipped to max_norm (train.max_grad_norm; See et al.: 2.0; 0: no
+    clip) by their global norm `norm`, divided by the n replicas (Keras sums them again), and
+    zero where the step is not finite (`finite`, a bool scalar). IndexedSlices stay sparse. A
+    non-finite step is dropped: for SGD and Adagrad the weights do not move; Adam's momentum
+    still carries them one step. The loop counts such steps and stops on a streak
+    (train.max_nonfinite_steps).
+
+    One multiply per gradient by a scalar that folds the clip and 1/n together, under a
+    tf.cond that hands on the zeros instead when the step is not finite: clip_by_global_norm,
+    a tf.where and a division by n would each read and write every gradient (three passes
+    over the 256 x 20k vocabulary kernel a step at the reference sizes)."""
+    factor = tf.constant(1.0 / n, tf.float32)
+    if max_norm > 0:
+        factor = factor * tf.minimum(1.0, max_norm / tf.maximum(norm, 1e-30))
+    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
+
+    def scaled():
+        if max_norm <= 0 and n == 1:
+            return values  # nothing to scale
+        return [v * tf.cast(factor, v.dtype) for v in values]
+
+    out = tf.cond(finite, scaled, lambda: [tf.zeros_like(v) for v in values])
+    return [tf.IndexedSlices(v, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
+            else v for g, v in zip(grads, out)]
+
+
 class Trainer:
     """Args:
       cfg: the resolved, validated Config; mdir: the ModelDir; vocab; train_files / eval_files:
@@ -196,14 +223,7 @@ class Trainer:
                                                                     grads)
         norm = tf.linalg.global_norm(grads)
         finite = tf.math.is_finite(norm) & tf.math.is_finite(loss)
-        if tcfg.max_grad_norm > 0:
-            grads, _ = tf.clip_by_global_norm(grads, tcfg.max_grad_norm, use_norm=norm)
-        # A non-finite step is dropped: its gradient becomes zero (for SGD and Adagrad the
-        # weights do not move; Adam's momentum still carries them one step). The loop counts
-        # such steps and stops on a streak (train.max_nonfinite_steps).
-        grads = [tf.IndexedSlices(tf.where(finite, g.values, tf.zeros_like(g.values)) / n,
-                                  g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
-                 else tf.where(finite, g, tf.zeros_like(g)) / n for g in grads]
+        grads = clip_and_guard(grads, norm, finite, tcfg.max_grad_norm, n)
         opt.apply_gradients(zip(grads, variables))
         scale = 1.0 / self.global_batch
         report = {

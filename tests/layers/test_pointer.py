@@ -1,7 +1,8 @@
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import PointerSwitch, final_distribution, scatter_copy, target_log_prob
+from pgn_tf.layers.pointer import (PointerSwitch, final_distribution, scatter_copy,
+                                   target_log_prob, vocab_log_prob)
 from tests.helpers import run_layer_test
 
 
@@ -60,6 +61,30 @@ def test_baseline_target_log_prob_is_the_log_softmax_at_the_target():
             else:
                 # finite, so no inf - inf = NaN downstream
                 assert np.isfinite(got[i, k]) and got[i, k] <= -1e29
+
+
+def test_the_vocabulary_log_prob_gradient_is_softmax_minus_the_target_one_hot():
+    """The training loss's vocabulary half against NumPy: d log P_vocab(w*) / d logits =
+    onehot(w*) - softmax, and zero for a target outside the vocabulary (an article OOV)."""
+    rng = np.random.default_rng(4)
+    logits = tf.Variable(rng.normal(size=(4, 7)).astype("float32"))
+    target = tf.constant([3, 0, 9, 6])  # 9 >= V = 7: copy-only
+    weights = np.array([1.0, -2.0, 5.0, 0.5], "float32")
+    with tf.GradientTape() as tape:
+        lp = vocab_log_prob(logits, target)
+        total = tf.reduce_sum(lp * tf.where(target < 7, weights, 0.0))
+    got = tape.gradient(total, logits).numpy()
+    z = logits.numpy().astype(np.float64)
+    softmax = np.exp(z - z.max(-1, keepdims=True))
+    softmax /= softmax.sum(-1, keepdims=True)
+    want = np.zeros_like(z)
+    for i, (w, t) in enumerate(zip(weights, target.numpy())):
+        if t < 7:
+            want[i] = w * (np.eye(7)[t] - softmax[i])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lp.numpy()[[0, 1, 3]], np.log(softmax[[0, 1, 3], [3, 0, 6]]),
+                               rtol=1e-5)
+    assert lp.numpy()[2] <= -1e29
 
 
 def test_nan_free_at_saturated_p_gen_missing_targets_and_empty_articles():
