@@ -26,13 +26,16 @@ from pgn_tf.models import build_model
 
 def make_optimizer(train_cfg: config_lib.TrainConfig) -> keras.optimizers.Optimizer:
     """train.optimizer; Adagrad and Adam update each variable with one fused TF kernel
-    (pgn_tf.optimizers)."""
+    (pgn_tf.optimizers), except in an XLA-compiled step (train.jit_compile), where XLA fuses
+    Keras's element-wise update itself and the sparse path's tf.unique has no XLA kernel."""
     lr = initial_learning_rate(train_cfg)
+    fused = not train_cfg.jit_compile
     if train_cfg.optimizer == "adagrad":
-        return optimizers.Adagrad(
-            learning_rate=lr, initial_accumulator_value=train_cfg.adagrad_init_acc, epsilon=1e-10)
+        cls = optimizers.Adagrad if fused else keras.optimizers.Adagrad
+        return cls(learning_rate=lr, initial_accumulator_value=train_cfg.adagrad_init_acc,
+                   epsilon=1e-10)
     if train_cfg.optimizer == "adam":
-        return optimizers.Adam(learning_rate=lr)
+        return (optimizers.Adam if fused else keras.optimizers.Adam)(learning_rate=lr)
     if train_cfg.optimizer == "sgd":
         return keras.optimizers.SGD(learning_rate=lr)
     raise UserError(f"unknown train.optimizer '{train_cfg.optimizer}' (adagrad, adam, sgd)")

@@ -1,9 +1,9 @@
 """pgn_tf.optimizers (fused Adagrad and Adam kernels) against Keras's own update rules."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
 from pgn_tf import optimizers
 
@@ -96,3 +96,15 @@ def test_the_compiled_step_runs_the_fused_kernel(opt, kernel):
     for f in graph._functions.values():  # the update may sit inside a nested function
         ops |= {op.type for op in f.graph.get_operations()} if hasattr(f, "graph") else set()
     assert kernel in ops
+
+
+def test_an_xla_compiled_step_keeps_keras_optimizers():
+    from pgn_tf import config as config_lib
+    from pgn_tf.trainer import make_optimizer
+
+    cfg = config_lib.Config().train
+    assert type(make_optimizer(cfg)) is optimizers.Adagrad
+    cfg.jit_compile = True
+    assert type(make_optimizer(cfg)) is keras.optimizers.Adagrad
+    cfg.optimizer = "adam"
+    assert type(make_optimizer(cfg)) is keras.optimizers.Adam

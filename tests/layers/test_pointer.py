@@ -1,8 +1,13 @@
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import (PointerSwitch, final_distribution, scatter_copy,
-                                   target_log_prob, vocab_log_prob)
+from pgn_tf.layers.pointer import (
+    PointerSwitch,
+    final_distribution,
+    scatter_copy,
+    target_log_prob,
+    vocab_log_prob,
+)
 from tests.helpers import run_layer_test
 
 
