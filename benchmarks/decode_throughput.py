@@ -78,8 +78,12 @@ def main() -> None:
     for beam in a.beams:
         fn = tf.function(lambda x, beam=beam: summarizer.summarize(x, beam_size=beam)["summaries"],
                          input_signature=[tf.TensorSpec([None], tf.string)])
+
+        def run(x, fn=fn):
+            return fn(tf.constant(x))
+
         for batch in a.batches:
-            rate, chars, cpu_ms = time_fn(lambda x, fn=fn: fn(tf.constant(x)), articles, batch)
+            rate, chars, cpu_ms = time_fn(run, articles, batch)
             result = {"beam": beam, "batch": batch, "articles_per_sec": round(rate, 2),
                       "cpu_ms_per_article": round(cpu_ms, 2),
                       "mean_summary_chars": round(chars, 1), "max_dec_steps": dc.max_dec_steps,
@@ -87,7 +91,7 @@ def main() -> None:
             if a.profile:
                 logdir = os.path.join(a.profile, f"beam{beam}_batch{batch}")
                 tf.profiler.experimental.start(logdir)
-                time_fn(lambda x, fn=fn: fn(tf.constant(x)), articles, batch)
+                time_fn(run, articles, batch)
                 tf.profiler.experimental.stop()
                 result["top_ops_pct"] = top_ops(logdir)
             emit("decode_in_process", result)
