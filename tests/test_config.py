@@ -177,6 +177,14 @@ def test_the_debian_see_presets_take_the_measured_speed_switches():
         assert (cfg.train.mixed_precision, cfg.data.bucket_by_summary_length) == ("auto", True)
 
 
+def test_the_coverage_phase_continues_at_a_fifth_of_the_rate():
+    """Measured (README "Every checkpoint scored"): a fresh Adam at debian_pgn's 1e-3 knocks the
+    converted model's eval NLL up; debian_coverage starts its own cosine at 2e-4."""
+    pgn, cov = config.resolve("debian_pgn"), config.resolve("debian_coverage")
+    assert (pgn.train.learning_rate, cov.train.learning_rate) == (1e-3, 2e-4)
+    assert cov.model.coverage and not pgn.model.coverage
+
+
 @pytest.mark.parametrize("overrides, message", [
     (["model.model_type=abs", "model.enc_hidden_dim=64"], "'model.enc_hidden_dim': expected 0 "
      "with model.model_type='abs'"),
