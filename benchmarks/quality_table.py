@@ -139,8 +139,8 @@ class Table:
         sh(["-m", "pgn_tf.train", "--config", preset, "--train_data", self.train,
             "--eval_data", self.valid, "--model_dir", model_dir, "--quiet",
             "--set", f"train.max_minutes={minutes}",
-            # checkpoints chosen by ROUGE are chosen on pairs after the scored ones
-            "--set", f"train.eval_rouge_skip={self.a.score}",
+            # checkpoints are chosen (eval loss, validation ROUGE) on pairs after the scored ones
+            "--set", f"train.eval_skip={self.a.score}",
             *set_flags(self.a.set), *extra], self.log)
         with open(os.path.join(model_dir, "train_result.json")) as f:
             result = json.load(f)

@@ -206,6 +206,7 @@ class Trainer:
             eds = dataset.make_dataset(
                 self.eval_files, self.vocab, self.cfg.data, self.global_batch,
                 self.cfg.model.pointer_gen, training=False, drop_empty=True,
+                skip=tcfg.eval_skip,
             ).map(dataset.model_features).take(tcfg.eval_batches)
             if self.num_workers > 1:
                 eds = dataset.shard_by_data(eds)
@@ -290,13 +291,16 @@ class Trainer:
             for k, v in self._eval_step(batch).items():
                 sums[k] = sums.get(k, 0.0) + float(v)
         if not sums or sums["count"] == 0:
+            if self.cfg.train.eval_skip:
+                raise UserError(f"train.eval_skip={self.cfg.train.eval_skip} skips every "
+                                "validation example: nothing is left to evaluate")
             return None
         count = sums.pop("count")
         return {("loss" if k == "total" else k): v / count for k, v in sums.items()}
 
     def eval_rouge(self) -> dict:
         """ROUGE-1/2/Lsum F1 (x100, rouge-score) of train.eval_rouge_examples validation articles
-        after the first train.eval_rouge_skip, decoded as evaluate decodes them (the decode
+        after the first train.eval_skip, decoded as evaluate decodes them (the decode
         config's search)."""
         import itertools
 
@@ -308,10 +312,10 @@ class Trainer:
             records = itertools.chain.from_iterable(
                 tfrecord.read_tfrecords(f) for f in self.eval_files)
             t = self.cfg.train
-            examples = list(itertools.islice(records, t.eval_rouge_skip,
-                                             t.eval_rouge_skip + t.eval_rouge_examples))
+            examples = list(itertools.islice(records, t.eval_skip,
+                                             t.eval_skip + t.eval_rouge_examples))
             if not examples:
-                raise UserError(f"train.eval_rouge_skip={t.eval_rouge_skip} skips every "
+                raise UserError(f"train.eval_skip={t.eval_skip} skips every "
                                 "validation example: nothing is left to select by ROUGE")
             refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
             summarizer = Summarizer(self.model, self.vocab, self.cfg)

@@ -243,3 +243,10 @@ def test_a_new_field_is_checked_from_its_declaration_alone():
         config._checked("x.mode", hints["mode"], "c")
     with pytest.raises(ValueError, match=r"'x.rate': expected in \[0, 1\], got 2.0"):
         config._checked("x.rate", hints["rate"], 2.0)
+
+
+def test_the_old_name_of_eval_skip_still_reads():
+    """Model dirs and commands from before the rename (train.eval_rouge_skip) keep working."""
+    cfg = config.resolve("tiny", ["train.eval_rouge_skip=1500"])
+    assert cfg.train.eval_skip == 1500
+    assert config.Config.from_dict({"train": {"eval_rouge_skip": 7}}).train.eval_skip == 7

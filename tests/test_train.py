@@ -276,15 +276,19 @@ def test_rouge_selection_and_early_stopping(tmp_path, corpus):
     assert best["value"] == result["eval_rougeLsum"] and "eval_rouge1" in result
 
 
-def test_selection_pairs_past_the_validation_set_are_one_line_error(tmp_path, corpus):
-    """train.eval_rouge_skip leaves the first validation pairs to scoring; skipping all of them
-    leaves nothing to select by and says so, before any training step."""
+@pytest.mark.parametrize("key, select_by", [("train.eval_skip", "loss"),
+                                             ("train.eval_rouge_skip", "rouge")])
+def test_selection_pairs_past_the_validation_set_are_one_line_error(tmp_path, corpus, key,
+                                                                    select_by):
+    """train.eval_skip leaves the first validation pairs to scoring; skipping all of them
+    leaves nothing to select by and says so, before any training step (for either measure;
+    the old name, eval_rouge_skip, still reads as the new)."""
     code, out, err = train_in_process(
         tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],
-        "--set", "train.select_by=rouge", "--set", "train.eval_rouge_skip=100000",
+        "--set", f"train.select_by={select_by}", "--set", f"{key}=100000",
         "--set", "train.max_steps=2", "--set", "train.eval_samples=0")
     assert code != 0
-    assert "train.eval_rouge_skip=100000 skips every validation example" in err
+    assert "train.eval_skip=100000 skips every validation example" in err
     assert "Traceback" not in err and not (tmp_path / "ckpt").exists()
 
 

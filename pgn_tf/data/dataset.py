@@ -213,9 +213,11 @@ def make_dataset(
     seed: int | None = None,
     drop_empty: bool | None = None,
     fixed_shapes: bool = False,
+    skip: int = 0,
 ) -> tf.data.Dataset:
     """Batches of features (module docstring). Training: shuffled, repeated forever, bucketed by
-    length (`bucket_batch`); evaluation: one pass in file order, every example kept.
+    length (`bucket_batch`); evaluation: one pass in file order, every example kept, after the
+    first `skip` records (train.eval_skip: pairs a report scores, which selection must not see).
     fixed_shapes pads each batch to its bucket's bounds instead of its longest member (a few
     shapes, for XLA).
 
@@ -236,12 +238,18 @@ def make_dataset(
         ds = ds.shuffle(len(files), seed=seed)
         if not cache:
             ds = ds.repeat()
+    if skip and training:
+        raise ValueError("make_dataset: skip is for evaluation data (one pass in file order)")
     ds = ds.interleave(
         tfrecord.checked_records,
-        cycle_length=min(4, len(files)),
+        # evaluation reads the files one after another: "the first N records" means the same
+        # records here as in the validation ROUGE's reader (Trainer.eval_rouge)
+        cycle_length=min(4, len(files)) if training else 1,
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,  # a resumed run skips the batches consumed: the order must repeat
     )
+    if skip:
+        ds = ds.skip(skip)
     if cache:
         ds = ds.map(tfrecord.parse, num_parallel_calls=tf.data.AUTOTUNE)
         ds = tokenize_records(ds, cfg, drop_empty).cache().repeat()

@@ -178,3 +178,22 @@ def test_fixed_shapes_without_buckets_pad_to_the_maximum(tmp_path):
                                        fixed_shapes=True)))
     assert b["enc_ids"].shape == (2, 7) and b["dec_input"].shape == (2, 5)
     assert b["enc_len"].numpy().tolist() == [3, 3] and b["dec_len"].numpy().tolist() == [3, 3]
+
+
+def test_evaluation_skips_the_first_records_in_file_order(tmp_path):
+    """train.eval_skip: the eval loss reads the records after the first N, across files in
+    their order, the same records the validation ROUGE's reader (one file after another) skips."""
+    exs = [Example("the cat sat " + "on the mat " * k, "the cat") for k in range(7)]
+    files = (tfrecord.write_tfrecords(exs[:4], str(tmp_path / "a"))
+             + tfrecord.write_tfrecords(exs[4:], str(tmp_path / "b")))
+    cfg = DataConfig(vocab_size=10, max_enc_steps=40, max_dec_steps=6, bucket_by_length=False)
+
+    def enc_lens(skip):
+        ds = dataset.make_dataset(files, _vocab(), cfg, 1, True, training=False, skip=skip)
+        return [int(b["enc_len"][0]) for b in ds.as_numpy_iterator()]
+
+    assert enc_lens(0) == [3, 6, 9, 12, 15, 18, 21]
+    assert enc_lens(3) == [12, 15, 18, 21]
+    assert enc_lens(7) == []
+    with pytest.raises(ValueError, match="skip is for evaluation data"):
+        dataset.make_dataset(files, _vocab(), cfg, 1, True, training=True, skip=1)
