@@ -26,7 +26,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks.common import emit  # noqa: E402
-from benchmarks.quality_table import event_scalars, sh  # noqa: E402
+from benchmarks.quality_table import event_scalars, read_metrics, sh  # noqa: E402
 
 EVAL_TAGS = ("loss", "nll", "rouge1", "rougeLsum")
 
@@ -47,14 +47,13 @@ def checkpoints(model_dir: str, from_step: int) -> list[tuple[int, str]]:
 def score(prefix: str, step: int, a) -> dict:
     """The scored metrics of one checkpoint (decoded once; read back on a rerun)."""
     out = os.path.join(a.work_dir, f"step-{step}")
-    done = [f for f in os.listdir(out) if f.startswith("metrics_")] if os.path.isdir(out) else []
-    if not done:
+    metrics = read_metrics(out)
+    if metrics is None:
         sh(["-m", "pgn_tf.evaluate", "--model_dir", a.model_dir, "--checkpoint", prefix,
             "--data", a.data, "--limit", str(a.limit), "--output_dir", out, "--quiet"],
            os.path.join(a.work_dir, "log.txt"))
-        done = [f for f in os.listdir(out) if f.startswith("metrics_")]
-    with open(os.path.join(out, done[0])) as f:
-        return json.load(f)
+        metrics = read_metrics(out)
+    return metrics
 
 
 def choose(rows: list[dict], key: str, lowest: bool) -> dict | None:

@@ -96,6 +96,17 @@ def sh(args: list[str], log: str) -> None:
         raise RuntimeError(f"{' '.join(args[:3])} failed:\n{tail}")
 
 
+def read_metrics(out_dir: str) -> dict | None:
+    """The metrics `pgn_tf.evaluate --output_dir out_dir` wrote (metrics_<name>.json), or None
+    where it has not written them."""
+    found = sorted(f for f in os.listdir(out_dir) if f.startswith("metrics_")) \
+        if os.path.isdir(out_dir) else []
+    if not found:
+        return None
+    with open(os.path.join(out_dir, found[0])) as f:
+        return json.load(f)
+
+
 def event_scalars(log_dir: str, tags: tuple) -> dict:
     """{tag: [(wall_time, step, value)]} from a TensorBoard log dir."""
     import tensorflow as tf
@@ -156,9 +167,7 @@ class Table:
         if model_dir:
             args += ["--model_dir", model_dir]
         sh(args, self.log)
-        metrics_file = [f for f in os.listdir(out) if f.startswith("metrics_")][0]
-        with open(os.path.join(out, metrics_file)) as f:
-            m = json.load(f)
+        m = read_metrics(out)
         row = {"name": name, "stage": stage, **m, **info,
                "decoded": os.path.join(out, "decoded.jsonl")}
         if train:
