@@ -36,7 +36,9 @@ article:
 With these rules beam 1 is exactly greedy search and a wide beam finds the exhaustive optimum
 (both tested).
 
-Speed: finished articles leave the batch. When the live articles fall to `compact_below` of
+Speed: step 0 runs on one row an article (the K beams start as copies of one state and
+[START]; `first_step`), the later steps on the b*K hypotheses. Finished articles leave the
+batch. When the live articles fall to `compact_below` of
 the rows being decoded, every per-article and per-hypothesis tensor is gathered down to them
 (the loop's batch dimension is dynamic); a finished article's result is written into [B, ...]
 output buffers at its original index the step it finishes.
@@ -329,14 +331,21 @@ def beam_search(
     def cond(lv):
         return tf.logical_and(lv["step"] < T, tf.reduce_any(~lv["done"]))
 
-    def body(lv):
+    def advance(lv, k_in):
+        """One step of the search from k_in hypotheses an article (K in the loop, 1 at step 0)
+        to K; returns the new loop variables (compaction is the loop's)."""
         step, ex = lv["step"], lv["ex"]
         b = tf.shape(lv["orig"])[0]
-        bk = b * K
         log_probs, state, step_ex = step_fn(lv["ids"], step, lv["state"])
-        log_probs = constrain(tf.cast(log_probs, tf.float32), tf.reshape(lv["alive_seq"], [bk, T]),
-                              step, stop_id, min_steps, unk_id, block_trigrams, repeat_exempt)
+        log_probs = constrain(tf.cast(log_probs, tf.float32),
+                              tf.reshape(lv["alive_seq"], [b * k_in, T]), step, stop_id,
+                              min_steps, unk_id, block_trigrams, repeat_exempt)
         top_scores, beam_idx, token = top_candidates(log_probs, lv["alive_logp"], pool)
+        # At least K candidates (fewer only when k_in * W < K): the missing ones are invalid.
+        short = tf.maximum(K - tf.shape(top_scores)[1], 0)
+        top_scores = tf.pad(top_scores, [[0, 0], [0, short]], constant_values=NEG_INF * 2)
+        beam_idx = tf.pad(beam_idx, [[0, 0], [0, short]])
+        token = tf.pad(token, [[0, 0], [0, short]])
         here = tf.equal(tf.range(T), step)  # [T]
         cand_seq = tf.where(here[None, None, :], token[:, :, None],
                             tf.gather(lv["alive_seq"], beam_idx, batch_dims=1))  # [b, P, T]
@@ -350,13 +359,14 @@ def beam_search(
         new_logp, live_pos = tf.math.top_k(live_scores, k=K)  # [b, K]
         new_logp = tf.maximum(new_logp, NEG_INF)
         parent = tf.gather(beam_idx, live_pos, batch_dims=1)  # [b, K]
-        state = reorder_state(state, tf.reshape(parent + tf.range(b)[:, None] * K, [bk]))
-        new_ids = tf.reshape(tf.gather(token, live_pos, batch_dims=1), [bk])
+        state = reorder_state(state, tf.reshape(parent + tf.range(b)[:, None] * k_in, [-1]))
+        new_ids = tf.reshape(tf.gather(token, live_pos, batch_dims=1), [-1])
         new_seq = tf.gather(cand_seq, live_pos, batch_dims=1)
 
         step_attn = None
         if beta > 0 or "attn" in extras or "src_pos" in extras:
-            step_attn = tf.reshape(tf.cast(step_ex["attn"], tf.float32), [b, K, -1])  # [b, K, L]
+            step_attn = tf.reshape(tf.cast(step_ex["attn"], tf.float32),
+                                   [b, k_in, -1])  # [b, k_in, L]
         cand_pen = 0.0
         new_ex = {}
         if beta > 0:
@@ -381,7 +391,7 @@ def beam_search(
             if x == "attn":
                 now = step_attn
             elif x == "p_gen":
-                now = tf.reshape(tf.cast(step_ex["p_gen"], tf.float32), [b, K])
+                now = tf.reshape(tf.cast(step_ex["p_gen"], tf.float32), [b, k_in])
             else:
                 now = tf.argmax(step_attn, axis=-1, output_type=tf.int32)
             at = tf.reshape(here, [1, 1, -1] + [1] * (now.shape.rank - 2))
@@ -419,20 +429,37 @@ def beam_search(
         target = tf.gather_nd(lv["orig"], rows)[:, None]  # [m, 1]
         out = {k: tf.tensor_scatter_nd_update(v, target, tf.gather_nd(result[k], rows))
                for k, v in lv["out"].items()}
-        done = lv["done"] | write
-
-        new = {
-            "step": step + 1, "orig": lv["orig"], "done": done, "ids": new_ids,
+        return {
+            "step": step + 1, "orig": lv["orig"], "done": lv["done"] | write, "ids": new_ids,
             "alive_seq": new_seq, "alive_logp": new_logp, "fin_seq": fin_seq,
             "fin_score": fin_score, "fin_len": fin_len, "state": state, "ex": new_ex, "out": out,
         }
-        n_live = tf.reduce_sum(tf.cast(~done, tf.int32))
-        shrink = ((n_live > 0) & (n_live < b)
-                  & (tf.cast(n_live, tf.float32) <= compact_below * tf.cast(b, tf.float32)))
+
+    def body(lv):
+        new = advance(lv, K)
         if compact_below > 0:
+            done, b = new["done"], tf.shape(new["orig"])[0]
+            n_live = tf.reduce_sum(tf.cast(~done, tf.int32))
+            shrink = ((n_live > 0) & (n_live < b)
+                      & (tf.cast(n_live, tf.float32) <= compact_below * tf.cast(b, tf.float32)))
             new = tf.cond(shrink, lambda: _compact(new, tf.where(~done)[:, 0], K, article_keys),
                           lambda: new)
         return (tf.nest.map_structure(tf.ensure_shape, new, invariants),)
+
+    def first_step():
+        """Step 0 from one hypothesis an article: the K beams start as K copies of the same
+        state and [START], so one row of each does the step's work (the vocabulary layer on B
+        rows, not B*K); the live hypotheses it keeps take the tiled per-article tensors."""
+        rows = tf.range(B) * K
+        one = dict(lv, ids=tf.gather(lv["ids"], rows), alive_seq=lv["alive_seq"][:, :1],
+                   alive_logp=lv["alive_logp"][:, :1],
+                   ex={k: (v[:, :1] if k.startswith("alive_") else v)
+                       for k, v in lv["ex"].items()},
+                   state=map_state(lv["state"], lambda t: tf.gather(t, rows),
+                                   lambda t: tf.gather(t, rows)))
+        new = advance(one, 1)
+        new["state"] = _with_article(new["state"], lv["state"])
+        return new
 
     def dynamic(t):
         return tf.TensorShape([None]).concatenate(t.shape[1:])
@@ -442,8 +469,25 @@ def beam_search(
                   if k != "state"}
     invariants["state"] = map_state(lv["state"], dynamic, dynamic, lambda t: t.shape)
     invariants = {k: invariants[k] for k in lv}
+    # The first step runs outside the loop (first_step); not for an empty batch or T = 0,
+    # where the loop itself does nothing.
+    lv = tf.cond(tf.logical_and(T > 0, B > 0), first_step, lambda: lv)
+    lv = tf.nest.map_structure(tf.ensure_shape, lv, invariants)
     (lv,) = tf.while_loop(cond, body, (lv,), shape_invariants=(invariants,))
     return lv["out"]
+
+
+def _with_article(state, source):
+    """`state` with its ARTICLE tensors taken from `source` (a nest of the same structure)."""
+
+    def walk(x, y, in_article):
+        if isinstance(x, dict):
+            return {k: walk(v, y[k], in_article or k == ARTICLE) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return type(x)(walk(v, w, in_article) for v, w in zip(x, y))
+        return y if in_article else x
+
+    return walk(state, source, False)
 
 
 def _compact(lv: dict, keep: tf.Tensor, beam_size, article_keys) -> dict:

@@ -376,3 +376,31 @@ def test_top_candidates_equal_a_full_top_k(width, beam, pool):
     valid = want_scores.numpy() > NEG_INF / 2  # the order of equal invalid entries is free
     np.testing.assert_array_equal((bm.numpy() * width + tok.numpy())[valid],
                                   want_idx.numpy()[valid])
+
+
+def test_first_step_runs_one_row_an_article_and_gives_the_same_result():
+    """Step 0 starts the K beams from one state: it runs on B rows (not B*K), the later steps on
+    the B*K hypotheses; the result is the reference's either way."""
+    tables = make_articles(5, 4, 6, stop_bias=[-2, 0, 1, -1])
+    step_fn = article_step_fn(tables)
+    rows = []
+
+    def counting(ids, step, state):
+        rows.append((int(step), int(tf.shape(ids)[0])))
+        return step_fn(ids, step, state)
+
+    articles, beam = [0, 1, 2, 3], 3
+    res = beam_search(counting, article_state(articles, beam), 4, beam, 6, START, STOP,
+                      src_len=L, min_steps=2, compact_below=0.0)
+    assert rows[0] == (0, 4) and rows[1] == (1, 12)
+    res = {k: v.numpy() for k, v in res.items()}
+    assert_matches_reference(res, tables, articles, beam, 6, min_steps=2)
+
+
+@pytest.mark.parametrize("batch,max_steps", [(0, 5), (2, 0)])
+def test_an_empty_batch_or_no_steps_decodes_nothing(batch, max_steps):
+    tables = make_articles(5, 4, 6)
+    res = beam_search(article_step_fn(tables), article_state(list(range(batch)), 3), batch, 3,
+                      max_steps, START, STOP, src_len=L)
+    assert res["ids"].shape == (batch, max_steps)
+    assert not res["length"].numpy().any() and not res["ids"].numpy().any()
