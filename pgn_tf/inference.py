@@ -31,7 +31,7 @@ from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
 from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
-from pgn_tf.decoding.beam_search import ARTICLE, beam_search, tile_beams
+from pgn_tf.decoding.beam_search import ARTICLE, beam_search, copy_slots, tile_beams
 from pgn_tf.errors import UserError
 from pgn_tf.model_dir import ModelDir
 
@@ -241,19 +241,26 @@ class Summarizer(_InProcessCalls, tf.Module):
         feats["enc_tokens"] = tokens
         return feats
 
-    def search_inputs(self, feats: dict, k) -> tuple:
+    def search_inputs(self, feats: dict, k, mixture: bool = False) -> tuple:
         """(initial state, step_fn) of the search interface for encoded articles `feats`
         (encode_text) with k hypotheses each. The state is {"dec": the decoder's state,
         ARTICLE: the encoder's outputs}, both tiled to [B*k, ...]: the encoder outputs travel
-        in the state so that the beam search can drop finished articles from the batch."""
+        in the state so that the beam search can drop finished articles from the batch.
+        mixture: a pointer model's step returns its distribution in parts (beam_search.Mixture,
+        for the beam search alone), the source's copy slots computed here once an article."""
         enc, state = self.model.encode(
             feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
             max_dec_steps=feats.get("max_dec_steps"),
         )
+        mixture = mixture and getattr(self.model, "pointer_gen", False)
+        if mixture:
+            enc["copy_slot"], enc["copy_first"] = copy_slots(enc["ext_ids"], enc["mask"])
         state = {"dec": tile_beams(state, k), ARTICLE: tile_beams(enc, k)}
+        kw = {"mixture": True} if mixture else {}
 
         def step_fn(ids, step, st):
-            log_probs, dec, extras = self.model.decode_step(ids, step, st["dec"], st[ARTICLE])
+            log_probs, dec, extras = self.model.decode_step(ids, step, st["dec"], st[ARTICLE],
+                                                            **kw)
             return log_probs, {"dec": dec, ARTICLE: st[ARTICLE]}, extras
 
         return state, step_fn
@@ -289,7 +296,9 @@ class Summarizer(_InProcessCalls, tf.Module):
         src_len = tf.shape(feats["enc_ids"])[1]
         greedy_search = method == "greedy"
         k = 1 if greedy_search else beam_size
-        state, step_fn = self.search_inputs(feats, k)
+        # The beam search scores a pointer model's distribution in parts (beam_search.Mixture);
+        # greedy search and the rescoring features read it whole.
+        state, step_fn = self.search_inputs(feats, k, mixture=not (greedy_search or rescore))
         if rescore:  # Rush et al.'s ABS+ features / extractive decoding
             src = tf.where(tf.sequence_mask(feats["enc_len"], src_len), feats["enc_ext_ids"], -1)
             step_fn = features_lib.rescoring_step_fn(step_fn, vocab_lib.STOP_ID,

@@ -11,8 +11,9 @@ from pgn_tf import config as config_lib
 from pgn_tf import evaluate, summarize
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
+from pgn_tf.decoding.beam_search import beam_search
 from pgn_tf.errors import UserError
-from pgn_tf.inference import Summarizer
+from pgn_tf.inference import Summarizer, is_word
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.models import build_model
 from tests.decoding.see_reference import see_beam_search
@@ -135,6 +136,32 @@ def test_beam_search_on_the_model_equals_see_et_al_one_article_at_a_time(summari
         n = int(out["length"][i])
         assert out["raw_tokens"].numpy()[i][:n].tolist() == words.tolist()
         np.testing.assert_allclose(float(out["scores"][i]), score, rtol=1e-4)
+
+
+def test_the_mixture_search_decodes_what_the_dense_one_does(summarizer, validation):
+    """summarize's beam search scores the pointer mixture in parts (beam_search.Mixture); the
+    same search over the whole extended-vocabulary distribution picks the same summaries, with
+    every constraint on."""
+    s = Summarizer(summarizer.model, summarizer.vocab, copy.deepcopy(summarizer.cfg))
+    dc = s.cfg.decode
+    dc.block_repeated_words, dc.avoid_unk, dc.block_trigrams = True, True, True
+    arts = tf.constant([e.article for e in validation[:8]] + [""])
+    beam, max_steps, min_steps = 3, 12, 3
+    out = s.summarize(arts, beam_size=beam, max_steps=max_steps, min_steps=min_steps)
+    feats = dict(s.encode_text(arts), max_dec_steps=tf.constant(max_steps))
+    state, step_fn = s.search_inputs(feats, beam, mixture=False)
+    exempt = tf.constant([w in vocab_lib.SPECIAL_TOKENS or not is_word(w)
+                          for w in s.vocab.words], tf.bool)
+    dense = beam_search(step_fn, state, 9, beam, max_steps, vocab_lib.START_ID,
+                        vocab_lib.STOP_ID, min_steps, block_trigrams=True,
+                        unk_id=vocab_lib.UNK_ID, repeat_exempt=exempt)
+    np.testing.assert_array_equal(out["length"].numpy(), dense["length"].numpy())
+    words = vocab_lib.ids_to_words(dense["ids"], s.words, feats["oovs"]).numpy()
+    for i, n in enumerate(out["length"].numpy()):
+        assert out["raw_tokens"].numpy()[i][:n].tolist() == words[i][:n].tolist()
+    np.testing.assert_allclose(out["scores"].numpy(), dense["score"].numpy(), rtol=1e-4)
+    copied = [t for row in out["raw_tokens"].numpy() for t in row if t]
+    assert any(t.decode() not in s.vocab.words for t in copied)  # OOVs were copied
 
 
 def test_replace_unk_puts_the_most_attended_source_word(trained_model_dir, validation):

@@ -4,7 +4,10 @@ each article stops at its own K finished hypotheses.
 Written against the search interface (STYLE.md habit 5) and nothing else:
     step_fn(ids int32 [N], step int32, state) -> (log_probs float32 [N, W], state, extras)
 where N = b*K rows (b articles still decoding, K beams each), W the (extended) vocabulary width
-and `state` any nest of [N, ...] tensors. Two dict keys of the state are special:
+and `state` any nest of [N, ...] tensors. A pointer model may return its distribution in parts
+instead, a `Mixture` (P_vocab, p_gen, the attention and the source ids): the search then scores
+only the tokens that can rank among the best (`mixture_candidates`: the vocabulary's best and
+the article's own), never forming the [N, W] log-probabilities; the result is the same. Two dict keys of the state are special:
   ARTICLE ("per_article"): tensors that are the same for the K beams of an article (the tiled
     encoder outputs, masks, extended ids). Beam reordering leaves them alone; they are gathered
     only when finished articles leave the batch.
@@ -61,6 +64,8 @@ Loop state (b live articles, K beams, T = max_steps, L = source length, P = cand
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -135,8 +140,8 @@ def gnmt_coverage_penalty(attn_sum: tf.Tensor, beta: float) -> tf.Tensor:
     return beta * tf.reduce_sum(tf.where(attn_sum > 0, logs, 0.0), axis=-1)
 
 
-def constrain(
-    log_probs: tf.Tensor,
+def ban_entries(
+    n,
     seq: tf.Tensor,
     step: tf.Tensor,
     stop_id: int,
@@ -144,23 +149,14 @@ def constrain(
     unk_id: int | None = None,
     block_trigrams: bool = False,
     repeat_exempt: tf.Tensor | None = None,
-) -> tf.Tensor:
-    """Decoding constraints shared by beam, greedy and sampling search, as one column update
-    (a scatter of at most N * (2 + 2T) entries into log_probs, never a full-width mask).
-
-    log_probs: float [N, W]; seq: int32 [N, T] tokens so far (positions < step are valid).
-    - before min_steps, [STOP] is impossible;
-    - unk_id: [UNK] is never emitted (there is always an alternative);
-    - block_trigrams (Paulus et al. 2017): a token that would repeat a trigram already in the
-      hypothesis gets probability 0;
-    - repeat_exempt: bool [V] (V <= W; ids >= V count as words): a hypothesis may not emit a
-      token it already emitted unless exempt (the repeated-word block; inference.py builds it from the vocabulary).
-    Banned entries become min(log p, -1e9).
-    """
-    n = tf.shape(log_probs)[0]
+    dtype=tf.float32,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The decoding constraints (`constrain`) as column updates: (idx int32 [U, 2] of (row,
+    column), values [U]), each value NEG_INF (banned) or _NO_BAN (left as it is), for n rows
+    and seq int32 [n, T] the tokens so far."""
     t = tf.shape(seq)[1]
-    neg = tf.constant(NEG_INF, log_probs.dtype)
-    keep = tf.constant(_NO_BAN, log_probs.dtype)
+    neg = tf.constant(NEG_INF, dtype)
+    keep = tf.constant(_NO_BAN, dtype)
     rows = tf.range(n)
     per_row = tf.ones_like(rows)
     # (rows, cols, values) blocks, each [N * m]
@@ -188,7 +184,108 @@ def constrain(
                        tf.reshape(tf.where(emitted & ~is_exempt, neg, keep), [-1])))
     idx = tf.stack([tf.concat([b[0] for b in blocks], 0), tf.concat([b[1] for b in blocks], 0)],
                    axis=1)  # [U, 2]
-    return tf.tensor_scatter_nd_min(log_probs, idx, tf.concat([b[2] for b in blocks], 0))
+    return idx, tf.concat([b[2] for b in blocks], 0)
+
+
+def constrain(
+    log_probs: tf.Tensor,
+    seq: tf.Tensor,
+    step: tf.Tensor,
+    stop_id: int,
+    min_steps,
+    unk_id: int | None = None,
+    block_trigrams: bool = False,
+    repeat_exempt: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """Decoding constraints shared by beam, greedy and sampling search, as one column update
+    (a scatter of at most N * (2 + 2T) entries into log_probs, never a full-width mask).
+
+    log_probs: float [N, W]; seq: int32 [N, T] tokens so far (positions < step are valid).
+    - before min_steps, [STOP] is impossible;
+    - unk_id: [UNK] is never emitted (there is always an alternative);
+    - block_trigrams (Paulus et al. 2017): a token that would repeat a trigram already in the
+      hypothesis gets probability 0;
+    - repeat_exempt: bool [V] (V <= W; ids >= V count as words): a hypothesis may not emit a
+      token it already emitted unless exempt (the repeated-word block; inference.py builds it from the vocabulary).
+    Banned entries become min(log p, -1e9).
+    """
+    idx, values = ban_entries(tf.shape(log_probs)[0], seq, step, stop_id, min_steps, unk_id,
+                              block_trigrams, repeat_exempt, log_probs.dtype)
+    return tf.tensor_scatter_nd_min(log_probs, idx, values)
+
+
+class Mixture(NamedTuple):
+    """A pointer model's next-token distribution in parts (See et al. 2017 eq. 9):
+    P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: ext_ids_i = w} attn_i, for a search that
+    scores only the tokens that can rank among the best (`mixture_candidates`) instead of
+    forming P over the whole extended vocabulary.
+
+    probs float32 [N, V] (P_vocab); p_gen float32 [N]; attn float32 [N, L]; ext_ids int32
+    [N, L] (extended ids of the source positions); slot int32 [N, L] and first bool [N, L]
+    (`copy_slots`); width int32 scalar: V + the OOV slots (the dense distribution's width).
+    """
+
+    probs: tf.Tensor
+    p_gen: tf.Tensor
+    attn: tf.Tensor
+    ext_ids: tf.Tensor
+    slot: tf.Tensor
+    first: tf.Tensor
+    width: tf.Tensor
+
+
+def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(slot int32 [B, L], first bool [B, L]) for source ids ext_ids int32 [B, L] and mask
+    bool [B, L] (real tokens): slot[i] is the first real position holding position i's id (i
+    itself for padding), first[i] that i is a real position and its id's first. Computed once
+    an article, for `Mixture`: the copy probability of an id is its attention summed over the
+    positions of one slot."""
+    same = tf.equal(ext_ids[:, :, None], ext_ids[:, None, :]) & mask[:, None, :]  # [B, i, j]
+    l_src = tf.shape(ext_ids)[1]
+    slot = tf.where(mask, tf.argmax(tf.cast(same, tf.int32), axis=2, output_type=tf.int32),
+                    tf.range(l_src)[None, :])
+    return slot, mask & tf.equal(slot, tf.range(l_src)[None, :])
+
+
+def dense_distribution(mix: Mixture) -> tf.Tensor:
+    """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture
+    (for the searches that read every column: greedy, sampling, rescoring)."""
+    from pgn_tf.layers.pointer import final_distribution  # the layer the model's path uses
+
+    probs = final_distribution(mix.probs, mix.attn, mix.p_gen[:, None], mix.ext_ids,
+                               mix.width - tf.shape(mix.probs)[1])
+    return tf.math.log(tf.maximum(probs, 1e-30))
+
+
+def _row_top_k(x: tf.Tensor, k, chunk: int = 32):
+    """(values, columns) of the k largest entries of each row of x float [N, W], best first,
+    k <= W: the k best lie among the k chunks of `chunk` columns with the highest maxima (a
+    chunk's maximum bounds its members), so one full-width pass (the chunks' maxima) and a
+    top_k over k * chunk columns replace a top_k over W."""
+    n, width = tf.shape(x)[0], tf.shape(x)[1]
+    chunks = (width + chunk - 1) // chunk
+    padded = tf.cond(tf.equal(width % chunk, 0), lambda: x,
+                     lambda: tf.pad(x, [[0, 0], [0, chunks * chunk - width]],
+                                    constant_values=float("-inf")))
+    blocks = tf.reshape(padded, [n, chunks, chunk])
+    _, best_chunks = tf.math.top_k(tf.reduce_max(blocks, axis=2),
+                                   k=tf.minimum(k, chunks))  # [N, C']
+    picked = tf.reshape(tf.gather(blocks, best_chunks, batch_dims=1), [n, -1])  # [N, C' * c]
+    values, pos = tf.math.top_k(picked, k=k)
+    return values, tf.gather(best_chunks, pos // chunk, batch_dims=1) * chunk + pos % chunk
+
+
+def _merge_rows(row_scores, row_tokens, alive_logp, pool):
+    """The `pool` best (hypothesis, token) of each article from each hypothesis' own best:
+    row_scores float [b*K, R] (log-probs, best first), row_tokens int32 [b*K, R]."""
+    b, k = tf.shape(alive_logp)[0], tf.shape(alive_logp)[1]
+    per_row = tf.shape(row_scores)[1]
+    sums = tf.reshape(tf.reshape(row_scores, [b, k, per_row]) + alive_logp[:, :, None],
+                      [b, k * per_row])
+    scores, idx = tf.math.top_k(sums, k=tf.minimum(pool, k * per_row))  # [b, P]
+    beam = idx // per_row
+    token = tf.gather(tf.reshape(row_tokens, [b, k * per_row]), idx, batch_dims=1)
+    return scores, beam, token
 
 
 def top_candidates(log_probs: tf.Tensor, alive_logp: tf.Tensor, pool, chunk: int = 32):
@@ -198,28 +295,81 @@ def top_candidates(log_probs: tf.Tensor, alive_logp: tf.Tensor, pool, chunk: int
     int32 [b, P], token int32 [b, P]), best first, P = min(pool, K * min(pool, W)).
 
     Equal to top_k over the [b, K * W] sums (up to the order of exactly equal scores), with less
-    work: a hypothesis' own P best tokens are found among the P chunks of `chunk` columns with
-    the highest maxima (a chunk's maximum bounds its members, so no better token lies
-    elsewhere), and alive_logp, the same for a whole row, is added to those P only.
+    work: a hypothesis' own P best tokens are found by `_row_top_k`, and alive_logp, the same
+    for a whole row, is added to those P only.
     """
-    n, width = tf.shape(log_probs)[0], tf.shape(log_probs)[1]
-    b, k = tf.shape(alive_logp)[0], tf.shape(alive_logp)[1]
-    per_row = tf.minimum(pool, width)
-    chunks = (width + chunk - 1) // chunk
-    padded = tf.pad(log_probs, [[0, 0], [0, chunks * chunk - width]],
-                    constant_values=float("-inf"))
-    blocks = tf.reshape(padded, [n, chunks, chunk])
-    _, best_chunks = tf.math.top_k(tf.reduce_max(blocks, axis=2),
-                                   k=tf.minimum(per_row, chunks))  # [N, C']
-    picked = tf.reshape(tf.gather(blocks, best_chunks, batch_dims=1), [n, -1])  # [N, C' * c]
-    row_scores, pos = tf.math.top_k(picked, k=per_row)  # [N, P']
-    row_tokens = tf.gather(best_chunks, pos // chunk, batch_dims=1) * chunk + pos % chunk
-    sums = tf.reshape(tf.reshape(row_scores, [b, k, per_row]) + alive_logp[:, :, None],
-                      [b, k * per_row])
-    scores, idx = tf.math.top_k(sums, k=tf.minimum(pool, k * per_row))  # [b, P]
-    beam = idx // per_row
-    token = tf.gather(tf.reshape(row_tokens, [b, k * per_row]), idx, batch_dims=1)
-    return scores, beam, token
+    row_scores, row_tokens = _row_top_k(
+        log_probs, tf.minimum(pool, tf.shape(log_probs)[1]), chunk)
+    return _merge_rows(row_scores, row_tokens, alive_logp, pool)
+
+
+def mixture_candidates(mix: Mixture, ban_idx: tf.Tensor, ban_values: tf.Tensor, alive_logp,
+                       pool, chunk: int = 32):
+    """`top_candidates` of a Mixture with the constraints `ban_entries`, without forming the
+    [b*K, W] distribution: equal to constraining and searching `dense_distribution(mix)` (up
+    to the order of exactly equal scores and float rounding; tests/decoding/test_search.py).
+
+    A token that is not in the article has P(w) = p_gen P_vocab(w), so the hypothesis' best
+    such tokens are among the `pool` best of P_vocab (`_row_top_k` over V columns, the banned
+    ones pushed below every allowed one); every token of the article is a candidate with its
+    full eq. 9 probability, the copy attention summed over its positions (a segment sum over
+    L, at the first position of each id). Their log-probabilities, banned ones min(log p,
+    -1e9) as `constrain` leaves them, go to `_merge_rows`.
+    """
+    probs = tf.cast(mix.probs, tf.float32)
+    n, v = tf.shape(probs)[0], tf.shape(probs)[1]
+    l_src = tf.shape(mix.ext_ids)[1]
+    banned_value = tf.constant(-1.0, probs.dtype)
+    col = ban_idx[:, 1]
+    ban = ban_values <= NEG_INF / 2  # [U]
+    # Bans on vocabulary columns: a probability of -1 (below every allowed one).
+    in_vocab = col < v
+    # (TF's scatter copies its input: skipped at the steps that ban nothing, as before
+    # min_steps = 0 and without the [UNK], trigram and repeated-word blocks.)
+    banned_probs = tf.cond(
+        tf.reduce_any(ban & in_vocab),
+        lambda: tf.tensor_scatter_nd_min(
+            probs, tf.stack([ban_idx[:, 0], tf.where(in_vocab, col, 0)], 1),
+            tf.where(ban & in_vocab, banned_value, tf.constant(_NO_BAN, probs.dtype))),
+        lambda: probs)
+    # Bans on the OOV slots (ids >= V): a [N, M + 1] marker (column 0 a dump for the rest).
+    m = tf.maximum(mix.width - v, 0)
+    oov_banned = tf.tensor_scatter_nd_max(
+        tf.zeros([n, m + 1], tf.int32),
+        tf.stack([ban_idx[:, 0], tf.where(~in_vocab, col - v + 1, 0)], 1),
+        tf.cast(ban & ~in_vocab, tf.int32)) > 0
+
+    p_gen = tf.cast(mix.p_gen, tf.float32)[:, None]
+    # The vocabulary's candidates, less those in the article (scored below with their copies).
+    k_vocab = tf.minimum(pool, v)
+    vocab_p, vocab_ids = _row_top_k(banned_probs, k_vocab, chunk)  # [N, P]
+    ext_ids = tf.cast(mix.ext_ids, tf.int32)
+    real = tf.reduce_any(tf.equal(vocab_ids[:, :, None], ext_ids[:, None, :])
+                         & mix.first[:, None, :], axis=2)  # [N, P]: in the article
+    vocab_logp = tf.where(vocab_p < 0, NEG_INF, tf.math.log(tf.maximum(p_gen * vocab_p, 1e-30)))
+    vocab_logp = tf.where(real, float("-inf"), vocab_logp)
+    # The article's tokens: copy attention summed per id, at its first position.
+    copy = tf.math.unsorted_segment_sum(
+        (1.0 - p_gen) * tf.cast(mix.attn, tf.float32),
+        tf.cast(mix.slot, tf.int32) + tf.range(n)[:, None] * l_src, n * l_src)
+    copy = tf.reshape(copy, [n, l_src])
+    # P_vocab read back from the banned copy: a banned id's -1 marks it banned, and its score
+    # is then min(log p, -1e9) whatever p is.
+    is_vocab = ext_ids < v
+    at_src = tf.where(is_vocab, tf.gather(banned_probs, tf.minimum(ext_ids, v - 1), batch_dims=1),
+                      0.0)
+    gen = p_gen * tf.maximum(at_src, 0.0)
+    src_banned = tf.where(
+        is_vocab, at_src < 0,
+        tf.gather(oov_banned, tf.clip_by_value(ext_ids - v + 1, 0, m), batch_dims=1))
+    src_logp = tf.math.log(tf.maximum(gen + copy, 1e-30))
+    src_logp = tf.where(src_banned, tf.minimum(src_logp, NEG_INF), src_logp)
+    src_logp = tf.where(mix.first, src_logp, float("-inf"))
+
+    cand_logp = tf.concat([vocab_logp, src_logp], 1)  # [N, P + L]
+    cand_ids = tf.concat([vocab_ids, ext_ids], 1)
+    row_scores, pos = tf.math.top_k(cand_logp, k=tf.minimum(pool, k_vocab + l_src))
+    return _merge_rows(row_scores, tf.gather(cand_ids, pos, batch_dims=1), alive_logp, pool)
 
 
 def _recombined(cand_seq, is_stop, valid, step, window: int):
@@ -337,10 +487,16 @@ def beam_search(
         step, ex = lv["step"], lv["ex"]
         b = tf.shape(lv["orig"])[0]
         log_probs, state, step_ex = step_fn(lv["ids"], step, lv["state"])
-        log_probs = constrain(tf.cast(log_probs, tf.float32),
-                              tf.reshape(lv["alive_seq"], [b * k_in, T]), step, stop_id,
-                              min_steps, unk_id, block_trigrams, repeat_exempt)
-        top_scores, beam_idx, token = top_candidates(log_probs, lv["alive_logp"], pool)
+        seq = tf.reshape(lv["alive_seq"], [b * k_in, T])
+        if isinstance(log_probs, Mixture):
+            ban_idx, ban_values = ban_entries(b * k_in, seq, step, stop_id, min_steps, unk_id,
+                                              block_trigrams, repeat_exempt)
+            top_scores, beam_idx, token = mixture_candidates(log_probs, ban_idx, ban_values,
+                                                             lv["alive_logp"], pool)
+        else:
+            log_probs = constrain(tf.cast(log_probs, tf.float32), seq, step, stop_id,
+                                  min_steps, unk_id, block_trigrams, repeat_exempt)
+            top_scores, beam_idx, token = top_candidates(log_probs, lv["alive_logp"], pool)
         # At least K candidates (fewer only when k_in * W < K): the missing ones are invalid.
         short = tf.maximum(K - tf.shape(top_scores)[1], 0)
         top_scores = tf.pad(top_scores, [[0, 0], [0, short]], constant_values=NEG_INF * 2)

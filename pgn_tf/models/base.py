@@ -14,6 +14,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from pgn_tf.decoding.beam_search import Mixture, copy_slots
 from pgn_tf.layers.pointer import target_log_prob
 from pgn_tf.vocab import UNK_ID
 
@@ -29,6 +30,19 @@ class SummarizationModel(keras.Model):
         """Extended-vocab ids -> embeddings; copied OOVs (id >= V) are fed back as [UNK]."""
         ids = tf.cast(ids, tf.int32)
         return self.embedding(tf.where(ids >= self.vocab_size, UNK_ID, ids))
+
+    @staticmethod
+    def mixture(probs, p_gen, attn, enc) -> Mixture:
+        """eq. 9's parts for the beam search (decoding.beam_search.Mixture): P_vocab float32
+        [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the search's
+        inputs compute them once an article: "copy_slot", "copy_first"), or here."""
+        if "copy_slot" in enc:
+            slot, first = enc["copy_slot"], enc["copy_first"]
+        else:
+            slot, first = copy_slots(enc["ext_ids"], enc["mask"])
+        return Mixture(probs=probs, p_gen=p_gen, attn=tf.cast(attn, tf.float32),
+                       ext_ids=enc["ext_ids"], slot=slot, first=first,
+                       width=tf.shape(probs)[1] + enc["max_oovs"])
 
     @staticmethod
     def copy_inputs(enc_ids, enc_ext_ids=None, num_oovs=None) -> dict:

@@ -202,11 +202,15 @@ class DeepReinforced(SummarizationModel):
                                    enc["ext_ids"], enc["max_oovs"])
         return tf.math.log(tf.maximum(probs, 1e-30))
 
-    def decode_step(self, ids, step, state, enc):
-        """The search interface: log_probs float32 [N, V + max_oovs], state, extras."""
+    def decode_step(self, ids, step, state, enc, mixture: bool = False):
+        """The search interface: log_probs float32 [N, V + max_oovs], state, extras; with
+        mixture (pointer models) the distribution's parts (PointerGenerator.decode_step)."""
         logits, gen_logit, attn, state = self._step(ids, step, state, enc)
-        return (self._log_probs(logits, gen_logit, attn, enc), state,
-                {"attn": attn, "p_gen": tf.sigmoid(gen_logit)})
+        extras = {"attn": attn, "p_gen": tf.sigmoid(gen_logit)}
+        if mixture and self.pointer_gen:
+            return (self.mixture(tf.nn.softmax(logits), extras["p_gen"], attn, enc), state,
+                    extras)
+        return self._log_probs(logits, gen_logit, attn, enc), state, extras
 
     # -- teacher forcing (L_ml) -------------------------------------------------------------------
 

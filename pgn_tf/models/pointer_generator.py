@@ -156,25 +156,28 @@ class PointerGenerator(SummarizationModel):
 
     # -- one decoder step (search interface) --------------------------------------------------
 
-    def decode_step(self, ids, step, state, enc):
+    def decode_step(self, ids, step, state, enc, mixture: bool = False):
         """ids: int32 [N] previous tokens -> log_probs float32 [N, V (+ max_oovs)], new state,
-        extras dict(attn [N, L], p_gen [N]). `step` is unused here (kept for the interface)."""
+        extras dict(attn [N, L], p_gen [N]). With mixture (pointer models) the distribution
+        comes as its parts, a decoding.beam_search.Mixture, for the beam search to score only
+        the tokens that can win. `step` is unused here (kept for the interface)."""
         del step
         output, state, extras = self.cell(self.embed_ids(ids), state, enc)
         logits = tf.cast(self.vocab_proj(output), tf.float32)  # [N, V]
         p_gen = tf.sigmoid(tf.cast(extras["p_gen_logit"], tf.float32))
-        if self.pointer_gen:
-            probs = final_distribution(
-                tf.nn.softmax(logits),
-                tf.cast(extras["attn"], tf.float32),
-                p_gen[:, None],
-                enc["ext_ids"],
-                enc["max_oovs"],
-            )  # [N, V + max_oovs]
-            log_probs = tf.math.log(tf.maximum(probs, 1e-30))
-        else:
-            log_probs = tf.nn.log_softmax(logits)
-        return log_probs, state, {"attn": extras["attn"], "p_gen": p_gen}
+        extras = {"attn": extras["attn"], "p_gen": p_gen}
+        if not self.pointer_gen:
+            return tf.nn.log_softmax(logits), state, extras
+        if mixture:
+            return self.mixture(tf.nn.softmax(logits), p_gen, extras["attn"], enc), state, extras
+        probs = final_distribution(
+            tf.nn.softmax(logits),
+            tf.cast(extras["attn"], tf.float32),
+            p_gen[:, None],
+            enc["ext_ids"],
+            enc["max_oovs"],
+        )  # [N, V + max_oovs]
+        return tf.math.log(tf.maximum(probs, 1e-30)), state, extras
 
     # -- teacher forcing ------------------------------------------------------------------------
 

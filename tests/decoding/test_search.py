@@ -10,9 +10,14 @@ from pgn_tf.decoding import greedy, sampling
 from pgn_tf.decoding.beam_search import (
     ARTICLE,
     NEG_INF,
+    Mixture,
+    ban_entries,
     beam_search,
     constrain,
+    copy_slots,
+    dense_distribution,
     gnmt_coverage_penalty,
+    mixture_candidates,
     tile_beams,
     top_candidates,
 )
@@ -360,7 +365,8 @@ def test_extras_and_src_pos_follow_the_best_hypothesis_after_compaction():
         assert not res["attn"][row, n:].any() and not res["src_pos"][row, n:].any()
 
 
-@pytest.mark.parametrize("width,beam,pool", [(1000, 4, 8), (97, 3, 9), (5, 4, 8), (4, 4, 16)])
+@pytest.mark.parametrize("width,beam,pool", [(1000, 4, 8), (97, 3, 9), (5, 4, 8), (4, 4, 16),
+                                             (64, 4, 8)])
 def test_top_candidates_equal_a_full_top_k(width, beam, pool):
     rng = np.random.default_rng(width)
     b = 3
@@ -404,3 +410,120 @@ def test_an_empty_batch_or_no_steps_decodes_nothing(batch, max_steps):
                       max_steps, START, STOP, src_len=L)
     assert res["ids"].shape == (batch, max_steps)
     assert not res["length"].numpy().any() and not res["ids"].numpy().any()
+
+
+def random_mixture(rng, n, vocab, src_len, oovs):
+    """A pointer distribution in parts with repeated source ids, OOV ids and padding."""
+    logits = rng.normal(scale=3.0, size=(n, vocab))
+    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    lengths = rng.integers(1, src_len + 1, size=n)
+    lengths[0] = src_len
+    mask = np.arange(src_len)[None, :] < lengths[:, None]
+    ids = rng.integers(0, vocab + oovs, size=(n, src_len))
+    ids[:, 1] = ids[:, 0]  # a repeated id in every row
+    ids[~mask] = 0  # padding holds PAD
+    attn = np.where(mask, np.exp(rng.normal(size=(n, src_len))), 0.0)
+    attn /= attn.sum(-1, keepdims=True)
+    ext = tf.constant(ids, tf.int32)
+    slot, first = copy_slots(ext, tf.constant(mask))
+    return Mixture(probs=tf.constant(probs, tf.float32),
+                   p_gen=tf.constant(rng.uniform(0.05, 0.95, size=n), tf.float32),
+                   attn=tf.constant(attn, tf.float32), ext_ids=ext, slot=slot, first=first,
+                   width=tf.constant(vocab + oovs))
+
+
+def test_copy_slots_point_at_the_first_real_position_of_each_id():
+    ext = tf.constant([[5, 7, 5, 9, 7, 0], [3, 3, 3, 0, 0, 0]])
+    mask = tf.constant([[True] * 5 + [False], [True] * 3 + [False] * 3])
+    slot, first = copy_slots(ext, mask)
+    assert slot.numpy().tolist() == [[0, 1, 0, 3, 1, 5], [0, 0, 0, 3, 4, 5]]
+    assert first.numpy().tolist() == [[True, True, False, True, False, False],
+                                      [True, False, False, False, False, False]]
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("bans", ["none", "all"])
+def test_mixture_candidates_equal_the_dense_distribution(seed, bans):
+    """The search over a Mixture's parts picks what the search over the whole extended
+    vocabulary picks: the same scores, hypotheses and tokens, the constraints included."""
+    rng = np.random.default_rng(seed)
+    b, beam, vocab, src_len, oovs, steps = 3, 4, 60, 9, 4, 6
+    n = b * beam
+    mix = random_mixture(rng, n, vocab, src_len, oovs)
+    seq = rng.integers(0, vocab + oovs, size=(n, steps)).astype("int32")
+    seq[:, :3] = mix.ext_ids.numpy()[:, :3]  # emitted source words (some of them OOVs)
+    kw = dict(min_steps=0)
+    if bans == "all":
+        exempt = np.zeros(vocab, bool)
+        exempt[:10] = True
+        kw = dict(min_steps=9, unk_id=1, block_trigrams=True, repeat_exempt=tf.constant(exempt))
+    step = tf.constant(4)
+    alive = rng.normal(size=(b, beam)).astype("float32")
+    alive[2, 2:] = NEG_INF  # dead beams
+    dense = constrain(dense_distribution(mix), tf.constant(seq), step, STOP, **kw)
+    want = top_candidates(dense, tf.constant(alive), 2 * beam)
+    idx, values = ban_entries(n, tf.constant(seq), step, STOP, **kw)
+    got = mixture_candidates(mix, idx, values, tf.constant(alive), 2 * beam)
+    np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5)
+    valid = want[0].numpy() > NEG_INF / 2
+    assert valid.sum() > b  # something is allowed
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_array_equal(g.numpy()[valid], w.numpy()[valid])
+    if bans == "all":  # every banned token stays out of the valid candidates
+        dense_np = dense.numpy()
+        rows = got[1].numpy() + np.arange(b)[:, None] * beam
+        assert (dense_np[rows, got[2].numpy()][valid] > NEG_INF / 2).all()
+
+
+def mixture_step_fn(tables, ext_ids, mask, vocab, oovs, dense):
+    """A pointer 'model' from fixed tables (the next-token logits and attention depend on the
+    step, the previous token and the parity of the state), returning its distribution as a
+    Mixture, or dense."""
+    logits, attn = tf.constant(tables[0]), tf.constant(tables[1])
+    slot, first = copy_slots(ext_ids, mask)
+
+    def step_fn(ids, step, state):
+        art = state[ARTICLE]["article"]
+        prev = tf.minimum(ids, vocab - 1)
+        idx = tf.stack([art, tf.fill(tf.shape(ids), step), prev, state["sum"] % 2], axis=1)
+        rows = tf.gather(ext_ids, art)
+        a = tf.nn.softmax(tf.where(tf.gather(mask, art), tf.gather_nd(attn, idx), -1e9))
+        mix = Mixture(probs=tf.nn.softmax(tf.gather_nd(logits, idx)),
+                      p_gen=tf.sigmoid(tf.cast(state["sum"] % 5 - 2, tf.float32)), attn=a,
+                      ext_ids=rows, slot=tf.gather(slot, art), first=tf.gather(first, art),
+                      width=tf.constant(vocab + oovs))
+        out = dense_distribution(mix) if dense else mix
+        return out, {"sum": state["sum"] + ids, ARTICLE: state[ARTICLE]}, {"attn": a}
+
+    return step_fn
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("constraints", [False, True])
+def test_beam_search_on_a_mixture_equals_it_on_the_dense_distribution(beam, constraints):
+    rng = np.random.default_rng(beam)
+    n_art, steps, vocab, oovs, src_len = 5, 7, 30, 3, 8
+    logits = rng.normal(scale=2.0, size=(n_art, steps, vocab, 2, vocab)).astype("float32")
+    logits[..., STOP] -= 1.5
+    attn = rng.normal(size=(n_art, steps, vocab, 2, src_len)).astype("float32")
+    ids = rng.integers(4, vocab + oovs, size=(n_art, src_len)).astype("int32")
+    ids[:, 2] = ids[:, 5]
+    lengths = np.array([8, 5, 8, 3, 6])
+    mask = np.arange(src_len)[None, :] < lengths[:, None]
+    ids[~mask] = 0
+    exempt = np.zeros(vocab, bool)
+    exempt[4:8] = True
+    kw = (dict(min_steps=2, unk_id=1, block_trigrams=True, repeat_exempt=exempt)
+          if constraints else {})
+    out = {}
+    for dense in (True, False):
+        fn = mixture_step_fn((logits, attn), tf.constant(ids), tf.constant(mask), vocab, oovs,
+                             dense)
+        state = article_state(list(range(n_art)), beam)
+        res = beam_search(fn, state, n_art, beam, steps, START, STOP, src_len=src_len,
+                          return_extras=("src_pos",), **kw)
+        out[dense] = {k: v.numpy() for k, v in res.items()}
+    for k in ("ids", "length", "src_pos"):
+        np.testing.assert_array_equal(out[False][k], out[True][k])
+    np.testing.assert_allclose(out[False]["score"], out[True]["score"], rtol=1e-5)
+    assert (out[True]["ids"] >= vocab).any() or constraints  # some copies of OOVs
