@@ -68,8 +68,10 @@ class BahdanauAttention(keras.layers.Layer):
         gradient costs a kernel of its own every step."""
         feats = enc_features + tf.expand_dims(self.w_s(query), 1)  # [B, L, A]
         if self.use_coverage and coverage is not None:
-            feats = feats + tf.expand_dims(coverage, -1) * self.w_c
-        scores = tf.reduce_sum(self.v * tf.tanh(feats), axis=-1)  # [B, L]
+            w_c = tf.cast(self.w_c, feats.dtype)
+            feats = feats + tf.matmul(tf.expand_dims(coverage, -1), w_c[None, None, :])
+        v = tf.cast(self.v, feats.dtype)
+        scores = tf.matmul(tf.tanh(feats), v[None, :, None])[..., 0]  # [B, L]
         return masked_softmax(scores, enc_mask)
 
     def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None):
