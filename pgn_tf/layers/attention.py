@@ -65,7 +65,10 @@ class BahdanauAttention(keras.layers.Layer):
     def alignment(self, enc_features, enc_mask, query, coverage=None):
         """a^t alone (eq. 11 and 2), float [B, L]: what a loop over steps needs when the
         context (eq. 3) is formed after it. expand_dims, not [:, None]: a strided slice's
-        gradient costs a kernel of its own every step."""
+        gradient costs a kernel of its own every step. v^T tanh(.) and c_i w_c are (batched)
+        matmuls, not a multiply and a sum / a broadcast multiply: one kernel each way, where a
+        multiply's gradient is a multiply, a sum and a broadcast (the alignment's forward and
+        backward pass 1.1-1.4x faster, README "Performance")."""
         feats = enc_features + tf.expand_dims(self.w_s(query), 1)  # [B, L, A]
         if self.use_coverage and coverage is not None:
             w_c = tf.cast(self.w_c, feats.dtype)
