@@ -248,8 +248,9 @@ def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tenso
 
 
 def dense_distribution(mix: Mixture) -> tf.Tensor:
-    """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture
-    (for the searches that read every column: greedy, sampling, rescoring)."""
+    """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture,
+    as a pointer model's step returns it without `mixture` (for greedy search, sampling and
+    the rescoring features, which read every column)."""
     from pgn_tf.layers.pointer import final_distribution  # the layer the model's path uses
 
     probs = final_distribution(mix.probs, mix.attn, mix.p_gen[:, None], mix.ext_ids,
