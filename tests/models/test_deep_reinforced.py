@@ -68,6 +68,26 @@ def test_teacher_forcing_equals_step_by_step_decoding():
     np.testing.assert_allclose(nll, total, rtol=1e-4)
 
 
+@pytest.mark.parametrize("model_type", ["deep_reinforced", "pointer_generator"])
+def test_the_step_in_parts_is_the_same_distribution(model_type):
+    """decode_step(mixture=True) hands the search eq. 12 (eq. 9) in parts; formed densely they
+    are decode_step's own distribution over the extended vocabulary, copied OOVs included."""
+    from pgn_tf.decoding.beam_search import Mixture, dense_distribution
+    from pgn_tf.models.pointer_generator import PointerGenerator
+
+    model = (DeepReinforced(V, hidden_dim=4, emb_dim=3) if model_type == "deep_reinforced"
+             else PointerGenerator(V, hidden_dim=4, emb_dim=3, coverage=True))
+    f = features(3)
+    enc, state = model.encode(f["enc_ids"], f["enc_len"], f["enc_ext_ids"], f["num_oovs"],
+                              max_dec_steps=T)
+    for t in range(3):
+        ids = f["dec_input"][:, t]
+        dense, _, _ = model.decode_step(ids, tf.constant(t), state, enc)
+        parts, state, _ = model.decode_step(ids, tf.constant(t), state, enc, mixture=True)
+        assert isinstance(parts, Mixture) and int(parts.width) == V + 1
+        np.testing.assert_allclose(dense_distribution(parts).numpy(), dense.numpy(), atol=1e-5)
+
+
 @pytest.mark.slow
 def test_ml_then_mixed_training_then_export_and_serve(corpus, tmp_path):
     from pgn_tf import export, train
