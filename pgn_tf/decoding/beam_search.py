@@ -7,7 +7,8 @@ where N = b*K rows (b articles still decoding, K beams each), W the (extended) v
 and `state` any nest of [N, ...] tensors. A pointer model may return its distribution in parts
 instead, a `Mixture` (P_vocab, p_gen, the attention and the source ids): the search then scores
 only the tokens that can rank among the best (`mixture_candidates`: the vocabulary's best and
-the article's own), never forming the [N, W] log-probabilities; the result is the same. Two dict keys of the state are special:
+the article's own), never forming the [N, W] log-probabilities; the result is the same.
+Two dict keys of the state are special:
   ARTICLE ("per_article"): tensors that are the same for the K beams of an article (the tiled
     encoder outputs, masks, extended ids). Beam reordering leaves them alone; they are gathered
     only when finished articles leave the batch.
@@ -68,6 +69,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import tensorflow as tf
+
+from pgn_tf.layers.pointer import final_distribution
 
 NEG_INF = -1e9
 _NO_BAN = 3e38  # a column update value that leaves a log-probability as it is (min(x, 3e38))
@@ -151,9 +154,19 @@ def ban_entries(
     repeat_exempt: tf.Tensor | None = None,
     dtype=tf.float32,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-    """The decoding constraints (`constrain`) as column updates: (idx int32 [U, 2] of (row,
-    column), values [U]), each value NEG_INF (banned) or _NO_BAN (left as it is), for n rows
-    and seq int32 [n, T] the tokens so far."""
+    """Decoding constraints shared by beam, greedy and sampling search, as column updates:
+    (idx int32 [U, 2] of (row, column), values [U]), each value NEG_INF (banned) or _NO_BAN
+    (left as it is), at most n * (2 + 2T) of them, never a full-width mask.
+
+    n rows; seq: int32 [n, T] tokens so far (positions < step are valid).
+    - before min_steps, [STOP] is impossible;
+    - unk_id: [UNK] is never emitted (there is always an alternative);
+    - block_trigrams (Paulus et al. 2017): a token that would repeat a trigram already in the
+      hypothesis gets probability 0;
+    - repeat_exempt: bool [V] (V <= W; ids >= V count as words): a hypothesis may not emit a
+      token it already emitted unless exempt (the repeated-word block; inference.py builds it
+      from the vocabulary).
+    """
     t = tf.shape(seq)[1]
     neg = tf.constant(NEG_INF, dtype)
     keep = tf.constant(_NO_BAN, dtype)
@@ -187,30 +200,12 @@ def ban_entries(
     return idx, tf.concat([b[2] for b in blocks], 0)
 
 
-def constrain(
-    log_probs: tf.Tensor,
-    seq: tf.Tensor,
-    step: tf.Tensor,
-    stop_id: int,
-    min_steps,
-    unk_id: int | None = None,
-    block_trigrams: bool = False,
-    repeat_exempt: tf.Tensor | None = None,
-) -> tf.Tensor:
-    """Decoding constraints shared by beam, greedy and sampling search, as one column update
-    (a scatter of at most N * (2 + 2T) entries into log_probs, never a full-width mask).
-
-    log_probs: float [N, W]; seq: int32 [N, T] tokens so far (positions < step are valid).
-    - before min_steps, [STOP] is impossible;
-    - unk_id: [UNK] is never emitted (there is always an alternative);
-    - block_trigrams (Paulus et al. 2017): a token that would repeat a trigram already in the
-      hypothesis gets probability 0;
-    - repeat_exempt: bool [V] (V <= W; ids >= V count as words): a hypothesis may not emit a
-      token it already emitted unless exempt (the repeated-word block; inference.py builds it from the vocabulary).
-    Banned entries become min(log p, -1e9).
-    """
-    idx, values = ban_entries(tf.shape(log_probs)[0], seq, step, stop_id, min_steps, unk_id,
-                              block_trigrams, repeat_exempt, log_probs.dtype)
+def constrain(log_probs: tf.Tensor, seq: tf.Tensor, step: tf.Tensor, *args, **kwargs) -> tf.Tensor:
+    """`ban_entries`' constraints applied to log_probs float [N, W] (the rest of the arguments
+    are ban_entries' after n: stop_id, min_steps, unk_id, block_trigrams, repeat_exempt):
+    banned entries become min(log p, -1e9), by one scatter of the column updates."""
+    idx, values = ban_entries(tf.shape(log_probs)[0], seq, step, *args,
+                              dtype=log_probs.dtype, **kwargs)
     return tf.tensor_scatter_nd_min(log_probs, idx, values)
 
 
@@ -251,8 +246,6 @@ def dense_distribution(mix: Mixture) -> tf.Tensor:
     """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture,
     as a pointer model's step returns it without `mixture` (for greedy search, sampling and
     the rescoring features, which read every column)."""
-    from pgn_tf.layers.pointer import final_distribution  # the layer the model's path uses
-
     probs = final_distribution(mix.probs, mix.attn, mix.p_gen[:, None], mix.ext_ids,
                                mix.width - tf.shape(mix.probs)[1])
     return tf.math.log(tf.maximum(probs, 1e-30))
