@@ -101,7 +101,7 @@ def _log_softmax_at(logits: tf.Tensor, target: tf.Tensor):
     Its gradient is written out, g (onehot(target) - softmax(logits)), from the exponentials
     the forward pass computed: autodiff would differentiate the gather into a dense
     [N, V] segment sum and add it to the log-sum-exp's gradient, two more full-width passes
-    (5-8 ms less a step at the reference sizes; README "Performance"). Training only: no
+    (4.5-8 ms less a step at the reference sizes; README "Performance"). Training only: no
     exported graph holds it (the note on DenseBincount's gradient above says why that
     matters)."""
     top = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
