@@ -31,8 +31,9 @@ from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
 from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
-from pgn_tf.decoding.beam_search import ARTICLE, beam_search, copy_slots, tile_beams
+from pgn_tf.decoding.beam_search import ARTICLE, beam_search, tile_beams
 from pgn_tf.errors import UserError
+from pgn_tf.layers.pointer import copy_slots
 from pgn_tf.model_dir import ModelDir
 
 
@@ -246,7 +247,7 @@ class Summarizer(_InProcessCalls, tf.Module):
         (encode_text) with k hypotheses each. The state is {"dec": the decoder's state,
         ARTICLE: the encoder's outputs}, both tiled to [B*k, ...]: the encoder outputs travel
         in the state so that the beam search can drop finished articles from the batch.
-        mixture: a pointer model's step returns its distribution in parts (beam_search.Mixture,
+        mixture: a pointer model's step returns its distribution in parts (layers.pointer.Mixture,
         for the beam search alone), the source's copy slots computed here once an article."""
         enc, state = self.model.encode(
             feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
@@ -296,7 +297,7 @@ class Summarizer(_InProcessCalls, tf.Module):
         src_len = tf.shape(feats["enc_ids"])[1]
         greedy_search = method == "greedy"
         k = 1 if greedy_search else beam_size
-        # The beam search scores a pointer model's distribution in parts (beam_search.Mixture);
+        # The beam search scores a pointer model's distribution in parts (layers.pointer.Mixture);
         # greedy search and the rescoring features read it whole.
         state, step_fn = self.search_inputs(feats, k, mixture=not (greedy_search or rescore))
         if rescore:  # Rush et al.'s ABS+ features / extractive decoding

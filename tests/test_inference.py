@@ -139,7 +139,7 @@ def test_beam_search_on_the_model_equals_see_et_al_one_article_at_a_time(summari
 
 
 def test_the_mixture_search_decodes_what_the_dense_one_does(summarizer, validation):
-    """summarize's beam search scores the pointer mixture in parts (beam_search.Mixture); the
+    """summarize's beam search scores the pointer mixture in parts (layers.pointer.Mixture); the
     same search over the whole extended-vocabulary distribution picks the same summaries, with
     every constraint on."""
     s = Summarizer(summarizer.model, summarizer.vocab, copy.deepcopy(summarizer.cfg))

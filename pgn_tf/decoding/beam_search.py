@@ -66,11 +66,9 @@ Loop state (b live articles, K beams, T = max_steps, L = source length, P = cand
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import final_distribution
+from pgn_tf.layers.pointer import Mixture
 
 NEG_INF = -1e9
 _NO_BAN = 3e38  # a column update value that leaves a log-probability as it is (min(x, 3e38))
@@ -209,48 +207,6 @@ def constrain(log_probs: tf.Tensor, seq: tf.Tensor, step: tf.Tensor, *args, **kw
     return tf.tensor_scatter_nd_min(log_probs, idx, values)
 
 
-class Mixture(NamedTuple):
-    """A pointer model's next-token distribution in parts (See et al. 2017 eq. 9):
-    P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: ext_ids_i = w} attn_i, for a search that
-    scores only the tokens that can rank among the best (`mixture_candidates`) instead of
-    forming P over the whole extended vocabulary.
-
-    probs float32 [N, V] (P_vocab); p_gen float32 [N]; attn float32 [N, L]; ext_ids int32
-    [N, L] (extended ids of the source positions); slot int32 [N, L] and first bool [N, L]
-    (`copy_slots`); width int32 scalar: V + the OOV slots (the dense distribution's width).
-    """
-
-    probs: tf.Tensor
-    p_gen: tf.Tensor
-    attn: tf.Tensor
-    ext_ids: tf.Tensor
-    slot: tf.Tensor
-    first: tf.Tensor
-    width: tf.Tensor
-
-
-def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """(slot int32 [B, L], first bool [B, L]) for source ids ext_ids int32 [B, L] and mask
-    bool [B, L] (real tokens): slot[i] is the first real position holding position i's id (i
-    itself for padding), first[i] that i is a real position and its id's first. Computed once
-    an article, for `Mixture`: the copy probability of an id is its attention summed over the
-    positions of one slot."""
-    same = tf.equal(ext_ids[:, :, None], ext_ids[:, None, :]) & mask[:, None, :]  # [B, i, j]
-    l_src = tf.shape(ext_ids)[1]
-    slot = tf.where(mask, tf.argmax(tf.cast(same, tf.int32), axis=2, output_type=tf.int32),
-                    tf.range(l_src)[None, :])
-    return slot, mask & tf.equal(slot, tf.range(l_src)[None, :])
-
-
-def dense_distribution(mix: Mixture) -> tf.Tensor:
-    """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture,
-    as a pointer model's step returns it without `mixture` (for greedy search, sampling and
-    the rescoring features, which read every column)."""
-    probs = final_distribution(mix.probs, mix.attn, mix.p_gen[:, None], mix.ext_ids,
-                               mix.width - tf.shape(mix.probs)[1])
-    return tf.math.log(tf.maximum(probs, 1e-30))
-
-
 def _row_top_k(x: tf.Tensor, k, chunk: int = 32):
     """(values, columns) of the k largest entries of each row of x float [N, W], best first,
     k <= W: the k best lie among the k chunks of `chunk` columns with the highest maxima (a
@@ -300,7 +256,7 @@ def top_candidates(log_probs: tf.Tensor, alive_logp: tf.Tensor, pool, chunk: int
 def mixture_candidates(mix: Mixture, ban_idx: tf.Tensor, ban_values: tf.Tensor, alive_logp,
                        pool, chunk: int = 32):
     """`top_candidates` of a Mixture with the constraints `ban_entries`, without forming the
-    [b*K, W] distribution: equal to constraining and searching `dense_distribution(mix)` (up
+    [b*K, W] distribution: equal to constraining and searching `pointer.dense_distribution(mix)` (up
     to the order of exactly equal scores and float rounding; tests/decoding/test_search.py).
 
     A token that is not in the article has P(w) = p_gen P_vocab(w), so the hypothesis' best
@@ -475,9 +431,9 @@ def beam_search(
     def cond(lv):
         return tf.logical_and(lv["step"] < T, tf.reduce_any(~lv["done"]))
 
-    def advance(lv, k_in):
-        """One step of the search from k_in hypotheses an article (K in the loop, 1 at step 0)
-        to K; returns the new loop variables (compaction is the loop's)."""
+    def advance(lv, k_in, first: bool = False):
+        """One step of the search from k_in hypotheses an article (K in the loop; 1 at the
+        first step) to K; returns the new loop variables (compaction is the loop's)."""
         step, ex = lv["step"], lv["ex"]
         b = tf.shape(lv["orig"])[0]
         log_probs, state, step_ex = step_fn(lv["ids"], step, lv["state"])
@@ -491,11 +447,12 @@ def beam_search(
             log_probs = constrain(tf.cast(log_probs, tf.float32), seq, step, stop_id,
                                   min_steps, unk_id, block_trigrams, repeat_exempt)
             top_scores, beam_idx, token = top_candidates(log_probs, lv["alive_logp"], pool)
-        # At least K candidates (fewer only when k_in * W < K): the missing ones are invalid.
-        short = tf.maximum(K - tf.shape(top_scores)[1], 0)
-        top_scores = tf.pad(top_scores, [[0, 0], [0, short]], constant_values=NEG_INF * 2)
-        beam_idx = tf.pad(beam_idx, [[0, 0], [0, short]])
-        token = tf.pad(token, [[0, 0], [0, short]])
+        if first:  # at least K candidates (fewer only when W < K), the missing ones invalid;
+            # in the loop K * min(2K, W) >= K
+            short = tf.maximum(K - tf.shape(top_scores)[1], 0)
+            top_scores = tf.pad(top_scores, [[0, 0], [0, short]], constant_values=NEG_INF * 2)
+            beam_idx = tf.pad(beam_idx, [[0, 0], [0, short]])
+            token = tf.pad(token, [[0, 0], [0, short]])
         here = tf.equal(tf.range(T), step)  # [T]
         cand_seq = tf.where(here[None, None, :], token[:, :, None],
                             tf.gather(lv["alive_seq"], beam_idx, batch_dims=1))  # [b, P, T]
@@ -607,7 +564,7 @@ def beam_search(
                        for k, v in lv["ex"].items()},
                    state=map_state(lv["state"], lambda t: tf.gather(t, rows),
                                    lambda t: tf.gather(t, rows)))
-        new = advance(one, 1)
+        new = advance(one, 1, first=True)
         new["state"] = _with_article(new["state"], lv["state"])
         return new
 

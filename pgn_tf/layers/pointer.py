@@ -7,10 +7,13 @@
 `target_log_prob` computes log P(w*) for the reference words only, without materialising the
 [batch, time, vocab + oovs] tensor (training): the two agree (tests/layers/test_pointer.py).
 Its two halves, `vocab_log_prob` and `mix_copy`, let the vocabulary part run on the real
-(non-padding) target positions alone.
+(non-padding) target positions alone. `Mixture` holds eq. 9 in parts, for a beam search that
+scores only the tokens that can win; `dense_distribution` is its dense form.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import keras
 import tensorflow as tf
@@ -92,6 +95,48 @@ def final_distribution(
     vocab_part = tf.pad(p_gen * vocab_dist, [[0, 0], [0, num_extra]])
     ext_size = tf.shape(vocab_dist)[1] + num_extra
     return vocab_part + scatter_copy((1.0 - p_gen) * attn, enc_ext_ids, ext_size)
+
+
+class Mixture(NamedTuple):
+    """A pointer model's next-token distribution in parts (See et al. 2017 eq. 9):
+    P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: ext_ids_i = w} attn_i, for a search that
+    scores only the tokens that can rank among the best (pgn_tf.decoding.beam_search's `mixture_candidates`) instead of
+    forming P over the whole extended vocabulary.
+
+    probs float32 [N, V] (P_vocab); p_gen float32 [N]; attn float32 [N, L]; ext_ids int32
+    [N, L] (extended ids of the source positions); slot int32 [N, L] and first bool [N, L]
+    (`copy_slots`); width int32 scalar: V + the OOV slots (the dense distribution's width).
+    """
+
+    probs: tf.Tensor
+    p_gen: tf.Tensor
+    attn: tf.Tensor
+    ext_ids: tf.Tensor
+    slot: tf.Tensor
+    first: tf.Tensor
+    width: tf.Tensor
+
+
+def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(slot int32 [B, L], first bool [B, L]) for source ids ext_ids int32 [B, L] and mask
+    bool [B, L] (real tokens): slot[i] is the first real position holding position i's id (i
+    itself for padding), first[i] that i is a real position and its id's first. Computed once
+    an article, for `Mixture`: the copy probability of an id is its attention summed over the
+    positions of one slot."""
+    same = tf.equal(ext_ids[:, :, None], ext_ids[:, None, :]) & mask[:, None, :]  # [B, i, j]
+    l_src = tf.shape(ext_ids)[1]
+    slot = tf.where(mask, tf.argmax(tf.cast(same, tf.int32), axis=2, output_type=tf.int32),
+                    tf.range(l_src)[None, :])
+    return slot, mask & tf.equal(slot, tf.range(l_src)[None, :])
+
+
+def dense_distribution(mix: Mixture) -> tf.Tensor:
+    """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture,
+    as a pointer model's step returns it without `mixture` (for greedy search, sampling and
+    the rescoring features, which read every column)."""
+    probs = final_distribution(mix.probs, mix.attn, mix.p_gen[:, None], mix.ext_ids,
+                               mix.width - tf.shape(mix.probs)[1])
+    return tf.math.log(tf.maximum(probs, 1e-30))
 
 
 @tf.custom_gradient

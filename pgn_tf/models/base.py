@@ -14,8 +14,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.decoding.beam_search import Mixture, copy_slots
-from pgn_tf.layers.pointer import target_log_prob
+from pgn_tf.layers.pointer import Mixture, copy_slots, target_log_prob
 from pgn_tf.vocab import UNK_ID
 
 SHARED = "shared"  # an `enc` key whose tensors are per batch, not per hypothesis (never tiled)
@@ -33,7 +32,7 @@ class SummarizationModel(keras.Model):
 
     @staticmethod
     def mixture(probs, p_gen, attn, enc) -> Mixture:
-        """eq. 9's parts for the beam search (decoding.beam_search.Mixture): P_vocab float32
+        """eq. 9's parts for the beam search (layers.pointer.Mixture): P_vocab float32
         [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the search's
         inputs compute them once an article: "copy_slot", "copy_first"), or here."""
         if "copy_slot" in enc:

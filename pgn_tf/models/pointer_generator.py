@@ -159,7 +159,7 @@ class PointerGenerator(SummarizationModel):
     def decode_step(self, ids, step, state, enc, mixture: bool = False):
         """ids: int32 [N] previous tokens -> log_probs float32 [N, V (+ max_oovs)], new state,
         extras dict(attn [N, L], p_gen [N]). With mixture (pointer models) the distribution
-        comes as its parts, a decoding.beam_search.Mixture, for the beam search to score only
+        comes as its parts, a layers.pointer.Mixture, for the beam search to score only
         the tokens that can win. `step` is unused here (kept for the interface)."""
         del step
         output, state, extras = self.cell(self.embed_ids(ids), state, enc)

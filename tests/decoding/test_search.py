@@ -10,17 +10,15 @@ from pgn_tf.decoding import greedy, sampling
 from pgn_tf.decoding.beam_search import (
     ARTICLE,
     NEG_INF,
-    Mixture,
     ban_entries,
     beam_search,
     constrain,
-    copy_slots,
-    dense_distribution,
     gnmt_coverage_penalty,
     mixture_candidates,
     tile_beams,
     top_candidates,
 )
+from pgn_tf.layers.pointer import Mixture, copy_slots, dense_distribution
 from tests.decoding.see_reference import see_beam_search
 
 W, STOP, START = 4, 3, 0  # tokens 0, 1, 2 and [STOP]; [START] reuses id 0 as the first input

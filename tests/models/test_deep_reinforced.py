@@ -72,7 +72,7 @@ def test_teacher_forcing_equals_step_by_step_decoding():
 def test_the_step_in_parts_is_the_same_distribution(model_type):
     """decode_step(mixture=True) hands the search eq. 12 (eq. 9) in parts; formed densely they
     are decode_step's own distribution over the extended vocabulary, copied OOVs included."""
-    from pgn_tf.decoding.beam_search import Mixture, dense_distribution
+    from pgn_tf.layers.pointer import Mixture, dense_distribution
     from pgn_tf.models.pointer_generator import PointerGenerator
 
     model = (DeepReinforced(V, hidden_dim=4, emb_dim=3) if model_type == "deep_reinforced"
