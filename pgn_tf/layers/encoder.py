@@ -8,6 +8,82 @@ import tensorflow as tf
 IMPLEMENTATIONS = ("loop", "keras")
 
 
+@tf.custom_gradient
+def lstm_recurrence(xw, recurrent):
+    """The LSTM recurrence over inputs projected beforehand, with its backward pass (BPTT)
+    written out.
+
+        z_t = xw_t + h_{t-1} R;  i, f, o = sigmoid(z_t[:3H]);  g = tanh(z_t[3H:])
+        c_t = f c_{t-1} + i g;   h_t = o tanh(c_t);            h_0 = c_0 = 0
+
+    Autodiff of the while loop computes R's gradient inside the backward loop, a small
+    [H, B] x [B, 4H] matmul and an add into the running sum every step; here the backward loop
+    only carries dh, dc and writes dz_t, and R's gradient is one matmul after it,
+    sum_t h_{t-1}^T dz_t over all steps at once (the same sum; tests/layers/test_encoder.py
+    checks it against autodiff of the Keras layer).
+
+    Args:
+      xw: float [L, D, B, 4H], the input projections plus bias of D independent LSTMs (here
+        the two directions), gate blocks i, f, o, g; recurrent: float [D, H, 4H].
+    Returns:
+      hs, cs: float [L, D, B, H], h_t and c_t of every step.
+    """
+    steps = tf.shape(xw)[0]
+    units = recurrent.shape[1]
+    dtype = xw.dtype
+    zeros = tf.zeros(tf.concat([tf.shape(xw)[1:3], [units]], 0), dtype)  # [D, B, H]
+    inputs = tf.TensorArray(dtype, size=steps).unstack(xw)
+
+    def forward(t, h, c, hs, cs, sigs, gs):
+        z = inputs.read(t) + tf.matmul(h, recurrent)  # [D, B, 4H]
+        sig, g = tf.split(z, [3 * units, units], axis=-1)
+        sig, g = tf.sigmoid(sig), tf.tanh(g)
+        i, f, o = tf.split(sig, 3, axis=-1)
+        c = f * c + i * g
+        h = o * tf.tanh(c)
+        return t + 1, h, c, hs.write(t, h), cs.write(t, c), sigs.write(t, sig), gs.write(t, g)
+
+    arrays = tuple(tf.TensorArray(dtype, size=steps) for _ in range(4))
+    _, _, _, hs, cs, sigs, gs = tf.while_loop(
+        lambda t, *_: t < steps, forward, (tf.constant(0), zeros, zeros, *arrays),
+        maximum_iterations=steps)
+    hs, cs = hs.stack(), cs.stack()
+
+    def grad(dhs, dcs):
+        dhs = tf.zeros_like(hs) if dhs is None else dhs
+        dcs = tf.zeros_like(cs) if dcs is None else dcs
+        c_prev = tf.concat([zeros[None], cs[:-1]], 0)
+        reads = [tf.TensorArray(dtype, size=steps).unstack(x) for x in (dhs, dcs, cs, c_prev)]
+        recurrent_t = tf.transpose(recurrent, [0, 2, 1])  # [D, 4H, H]
+
+        def backward(t, dh, dc, dzs):
+            t = t - 1
+            dh_t, dc_t, c, c_prev = (r.read(t) for r in reads)
+            sig, g = sigs.read(t), gs.read(t)
+            i, f, o = tf.split(sig, 3, axis=-1)
+            dh = dh + dh_t
+            tanh_c = tf.tanh(c)
+            dc = dc + dc_t + tf.raw_ops.TanhGrad(y=tanh_c, dy=dh * o)
+            dsig = tf.raw_ops.SigmoidGrad(y=sig, dy=tf.concat([dc * g, dc * c_prev, dh * tanh_c],
+                                                               axis=-1))
+            dz = tf.concat([dsig, tf.raw_ops.TanhGrad(y=g, dy=dc * i)], axis=-1)  # [D, B, 4H]
+            return t, tf.matmul(dz, recurrent_t), dc * f, dzs.write(t, dz)
+
+        _, _, _, dzs = tf.while_loop(
+            lambda t, *_: t > 0, backward,
+            (steps, zeros, zeros, tf.TensorArray(dtype, size=steps)), maximum_iterations=steps)
+        dxw = dzs.stack()  # [L, D, B, 4H]
+        h_prev = tf.concat([zeros[None], hs[:-1]], 0)  # [L, D, B, H]
+        d = tf.shape(xw)[1]
+        drecurrent = tf.matmul(
+            tf.reshape(tf.transpose(h_prev, [1, 0, 2, 3]), [d, -1, units]),
+            tf.reshape(tf.transpose(dxw, [1, 0, 2, 3]), [d, -1, 4 * units]),
+            transpose_a=True)  # [D, H, 4H]
+        return dxw, drecurrent
+
+    return (hs, cs), grad
+
+
 class BiLSTMEncoder(keras.layers.Layer):
     """Bidirectional LSTM over the article; its final forward/backward states are reduced to the
     decoder's initial state by ReLU layers (See et al.'s code, `_reduce_states`).
@@ -93,11 +169,14 @@ class BiLSTMEncoder(keras.layers.Layer):
         gate blocks reordered from Keras's i, f, g, o to i, f, o, g, so that one sigmoid covers
         the three gates and one tanh the candidate (fewer kernels a step)."""
         cells = (self.bilstm.forward_layer.cell, self.bilstm.backward_layer.cell)
-        h = self.hidden_dim
 
         def stack(name):
             w = tf.stack([tf.cast(getattr(c, name), dtype) for c in cells])
-            return tf.concat([w[..., :2 * h], w[..., 3 * h:], w[..., 2 * h:3 * h]], axis=-1)
+            # split + concat, not slices: their gradients are a concat and a split, where
+            # three slices' gradients are three StridedSliceGrads, each writing the whole
+            # weight, and their sum (2 ms a step at the reference sizes)
+            i, f, g, o = tf.split(w, 4, axis=-1)
+            return tf.concat([i, f, o, g], axis=-1)
 
         return stack("kernel"), stack("recurrent_kernel"), stack("bias")
 
@@ -133,22 +212,7 @@ class BiLSTMEncoder(keras.layers.Layer):
         # [2, L*B, E] x [2, E, 4H].
         xw = tf.matmul(tf.reshape(x, [2, -1, e]), kernel) + bias[:, None, :]
         xw = tf.transpose(tf.reshape(xw, [2, steps, b, -1]), [1, 0, 2, 3])  # [L, 2, B, 4H]
-        inputs = tf.TensorArray(emb.dtype, size=steps).unstack(xw)
-
-        def body(t, h, c, hs, cs):
-            z = inputs.read(t) + tf.matmul(h, recurrent)  # [2, B, 4H]: i, f, o | g
-            gates, g = tf.split(z, [3 * self.hidden_dim, self.hidden_dim], axis=-1)
-            i, f, o = tf.split(tf.sigmoid(gates), 3, axis=-1)
-            c = f * c + i * tf.tanh(g)
-            h = o * tf.tanh(c)
-            return t + 1, h, c, hs.write(t, h), cs.write(t, c)
-
-        zeros = tf.zeros([2, b, self.hidden_dim], emb.dtype)
-        arrays = (tf.TensorArray(emb.dtype, size=steps), tf.TensorArray(emb.dtype, size=steps))
-        _, _, _, hs, cs = tf.while_loop(lambda t, *_: t < steps, body,
-                                        (tf.constant(0), zeros, zeros, *arrays),
-                                        maximum_iterations=steps)
-        hs, cs = hs.stack(), cs.stack()  # [L, 2, B, H]
+        hs, cs = lstm_recurrence(xw, recurrent)  # [L, 2, B, H] each
         return self._sequence(hs, lengths), self._final(hs, lengths), self._final(cs, lengths)
 
     def get_config(self):
