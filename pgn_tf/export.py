@@ -171,7 +171,12 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
     tmp = os.path.join(export_base, name, f".tmp-{version}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        build_archive(summarizer, limits).write_out(tmp, verbose=False)
+        # Inference only: no gradient functions in the archive (the encoder's recurrence has
+        # a written-out backward pass, layers.encoder.lstm_recurrence, whose function reads
+        # the forward loop's saved activations and cannot be serialized on its own).
+        build_archive(summarizer, limits).write_out(
+            tmp, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
+            verbose=False)
         extra = os.path.join(tmp, "assets.extra")
         os.makedirs(extra, exist_ok=True)
         summarizer.cfg.save(os.path.join(extra, "config.json"))  # with the decode overrides
