@@ -29,6 +29,49 @@ from pgn_tf.layers.attention import BahdanauAttention
 from pgn_tf.layers.pointer import PointerSwitch
 
 
+class FeedGradient:
+    """The gradient of the context feed's encoder side, summed once after the teacher-forced
+    loop instead of at every step.
+
+    Each step forms fed_t = sum_i a_i^t (W_x[E:] h_i) from enc_fed [B, L, E]. Autodiff of the
+    loop adds the outer product a^t (x) d fed_t, a whole [B, L, E] tensor, into enc_fed's
+    gradient at every step of the backward loop; the sum over steps is one batched matmul,
+    sum_t a^t (x) d fed_t = A^T dF with A [B, T, L] the attention of all steps (a loop output)
+    and dF [B, T, E] the gradients of all feeds. So the loop reads `enc_fed` with its gradient
+    stopped (the attention's side, d a^t = d fed_t enc_fed^T, is unchanged) and adds `probes`
+    [T, B, E], zeros whose gradient is dF: their custom gradient forms A^T dF from the
+    attention handed over by `close` after the loop (a gradient is only computed after the
+    forward pass, so A exists by then). The same numbers as autodiff of the plain loop
+    (tests/models/test_pointer_generator.py), about 3% of a training step at the reference sizes
+    (README "Performance").
+
+    Example (inside a model's call):
+      >>> feed = FeedGradient(enc_fed, steps)
+      >>> # in the loop: cell.step(x_t, state, enc, feed.enc_fed, probe=probes.read(t))
+      >>> feed.close(attn_seq)  # [B, T, L], after the loop
+    """
+
+    def __init__(self, enc_fed, steps):
+        self.enc_fed = tf.stop_gradient(enc_fed)
+        self._attn = None
+        shape = tf.stack([steps, tf.shape(enc_fed)[0], tf.shape(enc_fed)[2]])
+
+        @tf.custom_gradient
+        def probe(enc_fed):
+            def grad(dprobes):  # [T, B, E]
+                if self._attn is None:
+                    raise RuntimeError("FeedGradient.close(attn) was not called after the loop")
+                return tf.matmul(tf.cast(self._attn, dprobes.dtype),
+                                 tf.transpose(dprobes, [1, 0, 2]), transpose_a=True)
+            return tf.zeros(shape, enc_fed.dtype), grad
+
+        self.probes = probe(enc_fed)
+
+    def close(self, attn):
+        """attn: float [B, T, L], every step's attention (what the loop wrote)."""
+        self._attn = attn
+
+
 class AttentionDecoderCell(keras.layers.Layer):
     """Args: hidden_dim H (the decoder LSTM), emb_dim E, pointer_gen, coverage, init_mag,
     enc_dim D: the width of the encoder outputs and of the context h*_t (2 x the encoder's
@@ -105,16 +148,19 @@ class AttentionDecoderCell(keras.layers.Layer):
         cov = state["coverage"] if self.coverage else None
         return h, c, tf.concat([c, h], -1), cov
 
-    def step(self, x_part, state, enc, enc_fed):
+    def step(self, x_part, state, enc, enc_fed, probe=None):
         """The recurrence alone. x_part: float [B, E] = embed_inputs(emb(y_{t-1}));
-        enc_fed: feed_inputs(enc["outputs"]). state: dict(h, c [B, H], fed [B, E] = W_x[E:]
-        h*_{t-1}, coverage [B, L]) (the first fed: W_x[E:] of the initial context, zero).
+        enc_fed: feed_inputs(enc["outputs"]) (or a FeedGradient's `enc_fed`, with `probe` its
+        probe of this step). state: dict(h, c [B, H], fed [B, E] = W_x[E:] h*_{t-1},
+        coverage [B, L]) (the first fed: W_x[E:] of the initial context, zero).
         Returns the new state and dict(x [B, E], attn [B, L], coverage [B, L] = c^t); the
         context h*_t is `contexts(attn, enc["outputs"])`."""
         x = x_part + state["fed"]  # W_x [emb; h*_{t-1}] + b
         h, c, query, cov = self._lstm(x, state)
         attn = self.attention.alignment(enc["features"], enc["mask"], query, cov)
         fed = tf.einsum("bl,ble->be", attn, enc_fed)
+        if probe is not None:
+            fed = fed + probe
         new_state = {"h": h, "c": c, "fed": fed, "coverage": state["coverage"] + attn}
         return new_state, {"x": x, "attn": attn, "coverage": state["coverage"]}
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.layers.decoder import AttentionDecoderCell
+from pgn_tf.layers.decoder import AttentionDecoderCell, FeedGradient
 from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import final_distribution, mix_copy, vocab_log_prob
 from pgn_tf.models.base import SummarizationModel
@@ -201,16 +201,19 @@ class PointerGenerator(SummarizationModel):
         dec_emb = self.drop(self.embed_ids(features["dec_input"]), training=training)  # [B, T, E]
         x_part = self.cell.embed_inputs(tf.transpose(dec_emb, [1, 0, 2]))  # [T, B, E]
         steps = tf.shape(x_part)[0]
-        enc_fed = self.cell.feed_inputs(enc["outputs"])  # [B, L, E], once for all steps
+        # [B, L, E], once for all steps; its gradient summed after the loop (FeedGradient)
+        feed = FeedGradient(self.cell.feed_inputs(enc["outputs"]), steps)
         dtype = enc["outputs"].dtype
         keys = ("h", "c", "x", "attn", "coverage")
         arrays = {k: tf.TensorArray(dtype, size=steps) for k in keys}
         inputs = tf.TensorArray(dtype, size=steps).unstack(x_part)
+        probes = tf.TensorArray(dtype, size=steps).unstack(feed.probes)
         state = {"h": state["h"], "c": state["c"], "coverage": state["coverage"],
                  "fed": tf.zeros([tf.shape(x_part)[1], self.emb_dim], dtype)}  # h*_0 = 0
 
         def body(t, state, arrays):
-            state, extras = self.cell.step(inputs.read(t), state, enc, enc_fed)
+            state, extras = self.cell.step(inputs.read(t), state, enc, feed.enc_fed,
+                                           probe=probes.read(t))
             values = dict(extras, h=state["h"], c=state["c"])
             arrays = {k: ta.write(t, values[k]) for k, ta in arrays.items()}
             return t + 1, state, arrays
@@ -218,6 +221,7 @@ class PointerGenerator(SummarizationModel):
         _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body,
                                      (tf.constant(0), state, arrays), maximum_iterations=steps)
         seq = {k: self.batch_major(ta) for k, ta in arrays.items()}  # [B, T, ...]
+        feed.close(seq["attn"])
         context = self.cell.contexts(seq["attn"], enc["outputs"])  # [B, T, D], eq. 3
         output, p_gen_logit = self.cell.outputs(seq["h"], seq["c"], context, seq["x"])
         output = self.drop(output, training=training)
