@@ -72,6 +72,53 @@ class FeedGradient:
         self._attn = attn
 
 
+class GateGradient:
+    """The decoder LSTM's weight gradients summed once after the teacher-forced loop.
+
+    Autodiff of the loop computes, at every step of its backward pass, x_t^T dz_t and
+    h_{t-1}^T dz_t for the kernel K and the recurrent kernel R (each cast back to float32
+    under mixed precision) and adds them into running sums. Here the loop runs the LSTM on
+    K, R and b with their gradients stopped (`weights`, cast once) and adds `probes` [T, B, 4H]
+    to its gate pre-activations z_t, zeros whose gradient is dZ, every step's dz_t; their
+    custom gradient returns X^T dZ, H_prev^T dZ and the sum of dZ for K, R and b, one matmul
+    each over all steps, from the inputs handed over by `close` after the loop (as
+    FeedGradient). Gate blocks in `weights` are i, f, o, g (one sigmoid covers three).
+    """
+
+    def __init__(self, cell, steps, batch):
+        def reorder(w):  # Keras's i, f, g, o -> i, f, o, g; split + concat differentiate cheaply
+            i, f, g, o = tf.split(tf.cast(w, cell.compute_dtype), 4, axis=-1)
+            return tf.concat([i, f, o, g], axis=-1)
+
+        kernel, recurrent, bias = (reorder(w) for w in (
+            cell.lstm.kernel, cell.lstm.recurrent_kernel, cell.lstm.bias))
+        self.weights = {"kernel": tf.stop_gradient(kernel),
+                        "recurrent": tf.stop_gradient(recurrent),
+                        "bias": tf.stop_gradient(bias)}
+        self._inputs = None
+        shape = tf.stack([steps, batch, 4 * cell.hidden_dim])
+
+        @tf.custom_gradient
+        def probe(kernel, recurrent, bias):
+            def grad(dz):  # [T, B, 4H]
+                if self._inputs is None:
+                    raise RuntimeError("GateGradient.close(x, h_prev) was not called after "
+                                       "the loop")
+                dz2 = tf.reshape(dz, [-1, dz.shape[-1]])
+                x, h_prev = (tf.reshape(tf.cast(t, dz.dtype), [-1, t.shape[-1]])
+                             for t in self._inputs)
+                return (tf.matmul(x, dz2, transpose_a=True),
+                        tf.matmul(h_prev, dz2, transpose_a=True),
+                        tf.cast(tf.reduce_sum(tf.cast(dz2, tf.float32), 0), dz.dtype))
+            return tf.zeros(shape, kernel.dtype), grad
+
+        self.probes = probe(kernel, recurrent, bias)
+
+    def close(self, x, h_prev):
+        """x: float [T, B, E], every step's LSTM input; h_prev: [T, B, H], its h_{t-1}."""
+        self._inputs = (x, h_prev)
+
+
 class AttentionDecoderCell(keras.layers.Layer):
     """Args: hidden_dim H (the decoder LSTM), emb_dim E, pointer_gen, coverage, init_mag,
     enc_dim D: the width of the encoder outputs and of the context h*_t (2 x the encoder's
@@ -148,15 +195,30 @@ class AttentionDecoderCell(keras.layers.Layer):
         cov = state["coverage"] if self.coverage else None
         return h, c, tf.concat([c, h], -1), cov
 
-    def step(self, x_part, state, enc, enc_fed, probe=None):
+    def _lstm_with(self, x, state, weights, probe):
+        """_lstm on a GateGradient's weights (gate blocks i, f, o, g), its probe added to z."""
+        z = (tf.matmul(x, weights["kernel"]) + tf.matmul(state["h"], weights["recurrent"])
+             + weights["bias"] + probe)
+        sig, g = tf.split(z, [3 * self.hidden_dim, self.hidden_dim], axis=-1)
+        i, f, o = tf.split(tf.sigmoid(sig), 3, axis=-1)
+        c = f * state["c"] + i * tf.tanh(g)
+        h = o * tf.tanh(c)
+        cov = state["coverage"] if self.coverage else None
+        return h, c, tf.concat([c, h], -1), cov
+
+    def step(self, x_part, state, enc, enc_fed, probe=None, gates=None):
         """The recurrence alone. x_part: float [B, E] = embed_inputs(emb(y_{t-1}));
         enc_fed: feed_inputs(enc["outputs"]) (or a FeedGradient's `enc_fed`, with `probe` its
-        probe of this step). state: dict(h, c [B, H], fed [B, E] = W_x[E:] h*_{t-1},
+        probe of this step); gates: None (the Keras LSTM cell) or (a GateGradient's
+        `weights`, its probe of this step). state: dict(h, c [B, H], fed [B, E] = W_x[E:] h*_{t-1},
         coverage [B, L]) (the first fed: W_x[E:] of the initial context, zero).
         Returns the new state and dict(x [B, E], attn [B, L], coverage [B, L] = c^t); the
         context h*_t is `contexts(attn, enc["outputs"])`."""
         x = x_part + state["fed"]  # W_x [emb; h*_{t-1}] + b
-        h, c, query, cov = self._lstm(x, state)
+        if gates is None:
+            h, c, query, cov = self._lstm(x, state)
+        else:
+            h, c, query, cov = self._lstm_with(x, state, *gates)
         attn = self.attention.alignment(enc["features"], enc["mask"], query, cov)
         fed = tf.einsum("bl,ble->be", attn, enc_fed)
         if probe is not None:

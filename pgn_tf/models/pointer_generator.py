@@ -18,7 +18,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.layers.decoder import AttentionDecoderCell, FeedGradient
+from pgn_tf.layers.decoder import AttentionDecoderCell, FeedGradient, GateGradient
 from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import final_distribution, mix_copy, vocab_log_prob
 from pgn_tf.models.base import SummarizationModel
@@ -208,19 +208,25 @@ class PointerGenerator(SummarizationModel):
         arrays = {k: tf.TensorArray(dtype, size=steps) for k in keys}
         inputs = tf.TensorArray(dtype, size=steps).unstack(x_part)
         probes = tf.TensorArray(dtype, size=steps).unstack(feed.probes)
+        gates = GateGradient(self.cell, steps, tf.shape(x_part)[1])
+        gate_probes = tf.TensorArray(dtype, size=steps).unstack(gates.probes)
         state = {"h": state["h"], "c": state["c"], "coverage": state["coverage"],
                  "fed": tf.zeros([tf.shape(x_part)[1], self.emb_dim], dtype)}  # h*_0 = 0
 
         def body(t, state, arrays):
             state, extras = self.cell.step(inputs.read(t), state, enc, feed.enc_fed,
-                                           probe=probes.read(t))
+                                           probe=probes.read(t),
+                                           gates=(gates.weights, gate_probes.read(t)))
             values = dict(extras, h=state["h"], c=state["c"])
             arrays = {k: ta.write(t, values[k]) for k, ta in arrays.items()}
             return t + 1, state, arrays
 
+        h0 = state["h"]
         _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body,
                                      (tf.constant(0), state, arrays), maximum_iterations=steps)
-        seq = {k: self.batch_major(ta) for k, ta in arrays.items()}  # [B, T, ...]
+        time_major = {k: ta.stack() for k, ta in arrays.items()}  # [T, B, ...]
+        gates.close(time_major["x"], tf.concat([h0[None], time_major["h"][:-1]], 0))
+        seq = {k: tf.transpose(v, [1, 0, 2]) for k, v in time_major.items()}  # [B, T, ...]
         feed.close(seq["attn"])
         context = self.cell.contexts(seq["attn"], enc["outputs"])  # [B, T, D], eq. 3
         output, p_gen_logit = self.cell.outputs(seq["h"], seq["c"], context, seq["x"])

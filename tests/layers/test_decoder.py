@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgn_tf.layers.decoder import AttentionDecoderCell, FeedGradient
+from pgn_tf.layers.decoder import AttentionDecoderCell, FeedGradient, GateGradient
 from tests.helpers import run_layer_test
 
 B, L, E, H = 2, 5, 3, 4
@@ -203,11 +203,12 @@ def test_layer_contract(pointer_gen, coverage, num_weights):
     )
 
 
-def test_feed_gradient_equals_autodiff_of_the_plain_loop():
-    """FeedGradient (the feed's encoder-side gradient summed after the loop, from the probes'
-    gradients and the loop's attention) against autodiff of the same while loop reading
-    enc_fed plainly: the same outputs, and the same gradients for every weight and for the
-    encoder outputs."""
+def test_deferred_gradients_equal_autodiff_of_the_plain_loop():
+    """FeedGradient and GateGradient (the feed's encoder-side gradient and the LSTM's weight
+    gradients summed after the loop, from the probes' gradients and the loop's attention and
+    inputs) against autodiff of the same while loop on the Keras LSTM cell reading enc_fed
+    plainly: the same outputs, and the same gradients for every weight and for the encoder
+    outputs."""
     cell = randomized_cell(True, True, enc_dim=6)
     enc_out, mask, state, _ = inputs(seed=4, enc_dim=6)
     steps = 4
@@ -222,14 +223,17 @@ def test_feed_gradient_equals_autodiff_of_the_plain_loop():
                    "features": cell.attention.precompute(enc_out)}
             enc_fed = cell.feed_inputs(enc_out)
             feed = FeedGradient(enc_fed, steps) if deferred else None
+            gates = GateGradient(cell, steps, B) if deferred else None
             x_parts = cell.embed_inputs(x_embs)
             s = {"h": tf.constant(state["h"]), "c": tf.constant(state["c"]),
                  "coverage": tf.constant(state["coverage"]), "fed": tf.zeros([B, E])}
 
             def body(t, s, hs, xs, attns):
-                probe = feed.probes[t] if deferred else None
-                s, extras = cell.step(x_parts[t], s, enc, feed.enc_fed if deferred else enc_fed,
-                                      probe=probe)
+                if deferred:
+                    s, extras = cell.step(x_parts[t], s, enc, feed.enc_fed, probe=feed.probes[t],
+                                          gates=(gates.weights, gates.probes[t]))
+                else:
+                    s, extras = cell.step(x_parts[t], s, enc, enc_fed)
                 return (t + 1, s, hs.write(t, s["h"]), xs.write(t, extras["x"]),
                         attns.write(t, extras["attn"]))
 
@@ -239,6 +243,8 @@ def test_feed_gradient_equals_autodiff_of_the_plain_loop():
             attn = tf.transpose(attns.stack(), [1, 0, 2])  # [B, T, L]
             if deferred:
                 feed.close(attn)
+                h_prev = tf.concat([tf.constant(state["h"])[None], hs.stack()[:-1]], 0)
+                gates.close(xs.stack(), h_prev)
             loss = (tf.reduce_sum(tf.sin(hs.stack())) + tf.reduce_sum(xs.stack() ** 2)
                     + tf.reduce_sum(tf.cos(3.0 * attn)) + tf.reduce_sum(s["fed"] ** 2))
         return loss, tape.gradient(loss, cell.trainable_weights + [enc_out])
@@ -256,6 +262,8 @@ def test_feed_gradient_equals_autodiff_of_the_plain_loop():
     (kernel,) = [i for i, v in enumerate(cell.trainable_weights)
                  if "input_proj" in v.path and v.path.endswith("kernel")]
     assert np.abs(want[kernel].numpy()[E:]).max() > 1e-2
+    lstm = [i for i, v in enumerate(cell.trainable_weights) if "/lstm/" in v.path]
+    assert len(lstm) == 3 and all(np.abs(want[i].numpy()).max() > 1e-2 for i in lstm)
 
 
 def test_feed_gradient_without_close_is_named():
@@ -266,3 +274,8 @@ def test_feed_gradient_without_close_is_named():
         loss = tf.reduce_sum(FeedGradient(enc_fed, 2).probes)
     with pytest.raises(RuntimeError, match="close"):
         tape.gradient(loss, enc_fed)
+    cell = randomized_cell(True, False)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(GateGradient(cell, 2, B).probes)
+    with pytest.raises(RuntimeError, match="close"):
+        tape.gradient(loss, cell.trainable_weights)
