@@ -20,7 +20,8 @@ def lstm_recurrence(xw, recurrent):
     [H, B] x [B, 4H] matmul and an add into the running sum every step; here the backward loop
     only carries dh, dc and writes dz_t, and R's gradient is one matmul after it,
     sum_t h_{t-1}^T dz_t over all steps at once (the same sum; tests/layers/test_encoder.py
-    checks it against autodiff of the Keras layer).
+    checks it against autodiff of the Keras layer and of the plain loop). About 2% of a
+    training step at the reference sizes (README "Performance").
 
     Args:
       xw: float [L, D, B, 4H], the input projections plus bias of D independent LSTMs (here
