@@ -53,7 +53,7 @@ def lstm_recurrence(xw, recurrent):
     def grad(dhs, dcs):
         dhs = tf.zeros_like(hs) if dhs is None else dhs
         dcs = tf.zeros_like(cs) if dcs is None else dcs
-        c_prev = tf.concat([zeros[None], cs[:-1]], 0)
+        c_prev = tf.concat([zeros[None], cs], 0)[:steps]  # [L, D, B, H]: c_{t-1}
         reads = [tf.TensorArray(dtype, size=steps).unstack(x) for x in (dhs, dcs, cs, c_prev)]
         recurrent_t = tf.transpose(recurrent, [0, 2, 1])  # [D, 4H, H]
 
@@ -74,7 +74,7 @@ def lstm_recurrence(xw, recurrent):
             lambda t, *_: t > 0, backward,
             (steps, zeros, zeros, tf.TensorArray(dtype, size=steps)), maximum_iterations=steps)
         dxw = dzs.stack()  # [L, D, B, 4H]
-        h_prev = tf.concat([zeros[None], hs[:-1]], 0)  # [L, D, B, H]
+        h_prev = tf.concat([zeros[None], hs], 0)[:steps]  # [L, D, B, H]: h_{t-1}
         d = tf.shape(xw)[1]
         drecurrent = tf.matmul(
             tf.reshape(tf.transpose(h_prev, [1, 0, 2, 3]), [d, -1, units]),

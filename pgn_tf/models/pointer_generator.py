@@ -225,7 +225,7 @@ class PointerGenerator(SummarizationModel):
         _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body,
                                      (tf.constant(0), state, arrays), maximum_iterations=steps)
         time_major = {k: ta.stack() for k, ta in arrays.items()}  # [T, B, ...]
-        gates.close(time_major["x"], tf.concat([h0[None], time_major["h"][:-1]], 0))
+        gates.close(time_major["x"], tf.concat([h0[None], time_major["h"]], 0)[:steps])
         seq = {k: tf.transpose(v, [1, 0, 2]) for k, v in time_major.items()}  # [B, T, ...]
         feed.close(seq["attn"])
         context = self.cell.contexts(seq["attn"], enc["outputs"])  # [B, T, D], eq. 3
