@@ -72,8 +72,10 @@ def articles_from(path: str | None, n: int, model_dir: str | None = None) -> lis
 _WRAPPERS = ("ExecutorState::Process", "ParallelFor")  # spans around ops, not ops
 
 
-def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
-    """(op type, % of op time) of a tf.profiler trace under logdir, from its XPlane (host ops)."""
+def top_ops(logdir: str, n: int = 15, scope_depth: int = 0) -> list[tuple[str, float]]:
+    """(op type, % of op time) of a tf.profiler trace under logdir, from its XPlane (host ops);
+    with scope_depth > 0, (the first scope_depth parts of the op's name, %) instead: e.g. at 4,
+    "gradient_tape/pointer_generator_1/encoder_1/while" holds the encoder loop's gradient."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
     totals: dict[str, float] = {}
@@ -97,7 +99,10 @@ def top_ops(logdir: str, n: int = 15) -> list[tuple[str, float]]:
                         name = names.get(ev.metadata_id, "?")
                         if name in _WRAPPERS:
                             continue
-                        op = name.split(":")[-1] if ":" in name else name
+                        if scope_depth:
+                            op = "/".join(name.rsplit(":", 1)[0].split("/")[:scope_depth])
+                        else:
+                            op = name.split(":")[-1] if ":" in name else name
                         totals[op] = totals.get(op, 0.0) + ev.duration_ps / 1e12
     total = sum(totals.values()) or 1.0
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:n]

@@ -14,7 +14,8 @@ Every step waits for its result (as pgn_tf.loop does, which reads the loss each 
 per-step times are exact: the median and the fastest are printed beside the mean, because
 these machines are shared and the mean moves with other load; the process CPU time per step is
 printed too. `--profile DIR` traces 5 steps after the timed ones with tf.profiler
-(TensorBoard's profile tab) and prints the ops that took the most time.
+(TensorBoard's profile tab) and prints the op types and the scopes (the ops' names' first
+four parts) that took the most time.
 """
 
 from __future__ import annotations
@@ -140,6 +141,7 @@ def measure(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
             trainer.train_step(next(it))["loss"].numpy()
         tf.profiler.experimental.stop()
         result["top_ops_pct"] = top_ops(profile)
+        result["top_scopes_pct"] = top_ops(profile, 12, scope_depth=4)
     return result
 
 
