@@ -256,8 +256,9 @@ def top_candidates(log_probs: tf.Tensor, alive_logp: tf.Tensor, pool, chunk: int
 def mixture_candidates(mix: Mixture, ban_idx: tf.Tensor, ban_values: tf.Tensor, alive_logp,
                        pool, chunk: int = 32):
     """`top_candidates` of a Mixture with the constraints `ban_entries`, without forming the
-    [b*K, W] distribution: equal to constraining and searching `pointer.dense_distribution(mix)` (up
-    to the order of exactly equal scores and float rounding; tests/decoding/test_search.py).
+    [b*K, W] distribution: equal to constraining and searching
+    `pointer.dense_distribution(mix)` (up to the order of exactly equal scores and float
+    rounding; tests/decoding/test_search.py).
 
     A token that is not in the article has P(w) = p_gen P_vocab(w), so the hypothesis' best
     such tokens are among the `pool` best of P_vocab (`_row_top_k` over V columns, the banned

@@ -31,7 +31,34 @@ from pgn_tf.layers.attention import BahdanauAttention
 from pgn_tf.layers.pointer import PointerSwitch
 
 
-class FeedGradient:
+class _SummedAfterLoop:
+    """Zero-valued probes [T, ...], added inside a teacher-forced loop, whose custom gradient
+    turns their gradient (every step's, stacked) into the gradients of `inputs` by `_sums`,
+    from the loop outputs handed over by `close` after the loop (a gradient is only computed
+    after the forward pass, so they exist by then)."""
+
+    def __init__(self, shape, dtype, *inputs):
+        self._handed = None
+
+        @tf.custom_gradient
+        def probe(*inputs):
+            def grad(dprobes):
+                if self._handed is None:
+                    raise RuntimeError(f"{type(self).__name__}.close(...) was not called "
+                                       "after the loop")
+                return self._sums(dprobes, *self._handed)
+            return tf.zeros(shape, dtype), grad
+
+        self.probes = probe(*inputs)
+
+    def _sums(self, dprobes, *handed):
+        raise NotImplementedError
+
+    def close(self, *handed):
+        self._handed = handed
+
+
+class FeedGradient(_SummedAfterLoop):
     """The gradient of the context feed's encoder side, summed once after the teacher-forced
     loop instead of at every step.
 
@@ -42,9 +69,8 @@ class FeedGradient:
     and dF [B, T, E] the gradients of all feeds. So the loop reads `enc_fed` with its gradient
     stopped (the attention's side, d a^t = d fed_t enc_fed^T, is unchanged) and adds `probes`
     [T, B, E], zeros whose gradient is dF: their custom gradient forms A^T dF from the
-    attention handed over by `close` after the loop (a gradient is only computed after the
-    forward pass, so A exists by then). The same numbers as autodiff of the plain loop
-    (tests/layers/test_decoder.py), about 3% of a training step at the reference sizes
+    attention handed over by `close` after the loop. The same numbers as autodiff of the plain
+    loop (tests/layers/test_decoder.py), about 3% of a training step at the reference sizes
     (README "Performance").
 
     Example (inside a model's call):
@@ -55,26 +81,19 @@ class FeedGradient:
 
     def __init__(self, enc_fed, steps):
         self.enc_fed = tf.stop_gradient(enc_fed)
-        self._attn = None
-        shape = tf.stack([steps, tf.shape(enc_fed)[0], tf.shape(enc_fed)[2]])
+        super().__init__(tf.stack([steps, tf.shape(enc_fed)[0], tf.shape(enc_fed)[2]]),
+                         enc_fed.dtype, enc_fed)
 
-        @tf.custom_gradient
-        def probe(enc_fed):
-            def grad(dprobes):  # [T, B, E]
-                if self._attn is None:
-                    raise RuntimeError("FeedGradient.close(attn) was not called after the loop")
-                return tf.matmul(tf.cast(self._attn, dprobes.dtype),
-                                 tf.transpose(dprobes, [1, 0, 2]), transpose_a=True)
-            return tf.zeros(shape, enc_fed.dtype), grad
-
-        self.probes = probe(enc_fed)
+    def _sums(self, dprobes, attn):  # dprobes [T, B, E]
+        return tf.matmul(tf.cast(attn, dprobes.dtype), tf.transpose(dprobes, [1, 0, 2]),
+                         transpose_a=True)
 
     def close(self, attn):
         """attn: float [B, T, L], every step's attention (what the loop wrote)."""
-        self._attn = attn
+        super().close(attn)
 
 
-class GateGradient:
+class GateGradient(_SummedAfterLoop):
     """The decoder LSTM's weight gradients summed once after the teacher-forced loop.
 
     Autodiff of the loop computes, at every step of its backward pass, x_t^T dz_t and
@@ -94,33 +113,22 @@ class GateGradient:
             i, f, g, o = tf.split(tf.cast(w, cell.compute_dtype), 4, axis=-1)
             return tf.concat([i, f, o, g], axis=-1)
 
-        kernel, recurrent, bias = (reorder(w) for w in (
-            cell.lstm.kernel, cell.lstm.recurrent_kernel, cell.lstm.bias))
-        self.weights = {"kernel": tf.stop_gradient(kernel),
-                        "recurrent": tf.stop_gradient(recurrent),
-                        "bias": tf.stop_gradient(bias)}
-        self._inputs = None
-        shape = tf.stack([steps, batch, 4 * cell.hidden_dim])
+        weights = {k: reorder(w) for k, w in (("kernel", cell.lstm.kernel),
+                                              ("recurrent", cell.lstm.recurrent_kernel),
+                                              ("bias", cell.lstm.bias))}
+        self.weights = {k: tf.stop_gradient(w) for k, w in weights.items()}
+        super().__init__(tf.stack([steps, batch, 4 * cell.hidden_dim]), cell.compute_dtype,
+                         weights["kernel"], weights["recurrent"], weights["bias"])
 
-        @tf.custom_gradient
-        def probe(kernel, recurrent, bias):
-            def grad(dz):  # [T, B, 4H]
-                if self._inputs is None:
-                    raise RuntimeError("GateGradient.close(x, h_prev) was not called after "
-                                       "the loop")
-                dz2 = tf.reshape(dz, [-1, dz.shape[-1]])
-                x, h_prev = (tf.reshape(tf.cast(t, dz.dtype), [-1, t.shape[-1]])
-                             for t in self._inputs)
-                return (tf.matmul(x, dz2, transpose_a=True),
-                        tf.matmul(h_prev, dz2, transpose_a=True),
-                        tf.cast(tf.reduce_sum(tf.cast(dz2, tf.float32), 0), dz.dtype))
-            return tf.zeros(shape, kernel.dtype), grad
-
-        self.probes = probe(kernel, recurrent, bias)
+    def _sums(self, dz, x, h_prev):  # dz [T, B, 4H]
+        dz2 = tf.reshape(dz, [-1, dz.shape[-1]])
+        x, h_prev = (tf.reshape(tf.cast(t, dz.dtype), [-1, t.shape[-1]]) for t in (x, h_prev))
+        return (tf.matmul(x, dz2, transpose_a=True), tf.matmul(h_prev, dz2, transpose_a=True),
+                tf.cast(tf.reduce_sum(tf.cast(dz2, tf.float32), 0), dz.dtype))
 
     def close(self, x, h_prev):
         """x: float [T, B, E], every step's LSTM input; h_prev: [T, B, H], its h_{t-1}."""
-        self._inputs = (x, h_prev)
+        super().close(x, h_prev)
 
 
 class AttentionDecoderCell(keras.layers.Layer):
