@@ -65,17 +65,21 @@ class BahdanauAttention(keras.layers.Layer):
     def alignment(self, enc_features, enc_mask, query, coverage=None):
         """a^t alone (eq. 11 and 2), float [B, L]: what a loop over steps needs when the
         context (eq. 3) is formed after it. expand_dims, not [:, None]: a strided slice's
-        gradient costs a kernel of its own every step. v^T tanh(.) and c_i w_c are (batched)
-        matmuls, not a multiply and a sum / a broadcast multiply: one kernel each way, where a
-        multiply's gradient is a multiply, a sum and a broadcast (the alignment's forward and
-        backward pass 1.1-1.4x faster, README "Performance")."""
+        gradient costs a kernel of its own every step. v^T tanh(.) and c_i w_c are plain
+        matmuls over the [B*L] positions ([B*L, A] x [A, 1] and [B*L, 1] x [1, A]), not a
+        multiply and a sum / a broadcast multiply (one kernel each way, where a multiply's
+        gradient is a multiply, a sum and a broadcast), nor batched matmuls against a
+        broadcast [1, A, 1] weight (oneDNN's batched matmul, and the sum over B its weight
+        gradient needs, cost several times more; README "Performance")."""
         feats = enc_features + tf.expand_dims(self.w_s(query), 1)  # [B, L, A]
+        shape = tf.shape(feats)
         if self.use_coverage and coverage is not None:
             w_c = tf.cast(self.w_c, feats.dtype)
-            feats = feats + tf.matmul(tf.expand_dims(coverage, -1), w_c[None, None, :])
+            feats = feats + tf.reshape(tf.matmul(tf.reshape(coverage, [-1, 1]), w_c[None, :]),
+                                       shape)
         v = tf.cast(self.v, feats.dtype)
-        scores = tf.matmul(tf.tanh(feats), v[None, :, None])[..., 0]  # [B, L]
-        return masked_softmax(scores, enc_mask)
+        scores = tf.matmul(tf.reshape(tf.tanh(feats), [-1, self.attn_dim]), v[:, None])
+        return masked_softmax(tf.reshape(scores, shape[:2]), enc_mask)  # [B, L]
 
     def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None):
         attn = self.alignment(enc_features, enc_mask, query, coverage)

@@ -8,6 +8,11 @@ import tensorflow as tf
 IMPLEMENTATIONS = ("loop", "keras")
 
 
+def _per_direction(x, kernels):
+    """x float [D, B, K] times kernels (D x [K, N]), direction by direction -> [D, B, N]."""
+    return tf.stack([tf.matmul(x_d, k) for x_d, k in zip(tf.unstack(x, len(kernels)), kernels)])
+
+
 @tf.custom_gradient
 def lstm_recurrence(xw, recurrent):
     """The LSTM recurrence over inputs projected beforehand, with its backward pass (BPTT)
@@ -21,7 +26,11 @@ def lstm_recurrence(xw, recurrent):
     only carries dh, dc and writes dz_t, and R's gradient is one matmul after it,
     sum_t h_{t-1}^T dz_t over all steps at once (the same sum; tests/layers/test_encoder.py
     checks it against autodiff of the Keras layer and of the plain loop). About 2% of a
-    training step at the reference sizes (README "Performance").
+    training step at the reference sizes (docs/performance.md).
+
+    Each step multiplies the D directions' states by their recurrent kernels one direction at a
+    time (`_per_direction`), not as one [D, B, H] x [D, H, 4H] batched matmul: oneDNN's batched
+    matmul costs 3-4x a plain matmul's time per direction at these sizes (B = 1-64, H = 128-256).
 
     Args:
       xw: float [L, D, B, 4H], the input projections plus bias of D independent LSTMs (here
@@ -34,9 +43,10 @@ def lstm_recurrence(xw, recurrent):
     dtype = xw.dtype
     zeros = tf.zeros(tf.concat([tf.shape(xw)[1:3], [units]], 0), dtype)  # [D, B, H]
     inputs = tf.TensorArray(dtype, size=steps).unstack(xw)
+    kernels = tf.unstack(recurrent)  # D x [H, 4H]
 
     def forward(t, h, c, hs, cs, sigs, gs):
-        z = inputs.read(t) + tf.matmul(h, recurrent)  # [D, B, 4H]
+        z = inputs.read(t) + _per_direction(h, kernels)  # [D, B, 4H]
         sig, g = tf.split(z, [3 * units, units], axis=-1)
         sig, g = tf.sigmoid(sig), tf.tanh(g)
         i, f, o = tf.split(sig, 3, axis=-1)
@@ -55,7 +65,7 @@ def lstm_recurrence(xw, recurrent):
         dcs = tf.zeros_like(cs) if dcs is None else dcs
         c_prev = tf.concat([zeros[None], cs], 0)[:steps]  # [L, D, B, H]: c_{t-1}
         reads = [tf.TensorArray(dtype, size=steps).unstack(x) for x in (dhs, dcs, cs, c_prev)]
-        recurrent_t = tf.transpose(recurrent, [0, 2, 1])  # [D, 4H, H]
+        kernels_t = tf.unstack(tf.transpose(recurrent, [0, 2, 1]))  # D x [4H, H]
 
         def backward(t, dh, dc, dzs):
             t = t - 1
@@ -68,7 +78,7 @@ def lstm_recurrence(xw, recurrent):
             dsig = tf.raw_ops.SigmoidGrad(y=sig, dy=tf.concat([dc * g, dc * c_prev, dh * tanh_c],
                                                                axis=-1))
             dz = tf.concat([dsig, tf.raw_ops.TanhGrad(y=g, dy=dc * i)], axis=-1)  # [D, B, 4H]
-            return t, tf.matmul(dz, recurrent_t), dc * f, dzs.write(t, dz)
+            return t, _per_direction(dz, kernels_t), dc * f, dzs.write(t, dz)
 
         _, _, _, dzs = tf.while_loop(
             lambda t, *_: t > 0, backward,
@@ -187,7 +197,7 @@ class BiLSTMEncoder(keras.layers.Layer):
         -> [B, L, 2H] batch-major, both directions in article order. One transpose, then an
         unstack of the leading axis: slicing seq[:, d] instead differentiates into a
         StridedSliceGrad per direction, each writing a whole [L, 2, B, H] tensor (about 3% of
-        a training step at the reference sizes, README "Performance")."""
+        a training step at the reference sizes, docs/performance.md)."""
         fw, bw = tf.unstack(tf.transpose(seq, [1, 2, 0, 3]))  # [B, L, H] each
         bw = tf.reverse_sequence(bw, lengths, seq_axis=1, batch_axis=0)
         return tf.concat([fw, bw], axis=-1)
