@@ -3,8 +3,8 @@ bootstrap test (Koehn 2004; Berg-Kirkpatrick et al. 2012).
 
     python -m pgn_tf.significance A/decoded.jsonl B/decoded.jsonl [--metric rougeLsum]
 
-Reads two `decoded.jsonl` files written by `pgn_tf.evaluate` for the same examples in the same
-order, scores each pair with rouge-score (stemmed; sentences on separate lines for rougeLsum) and
+Reads two `decoded.jsonl` files (or their .gz, as benchmarks/results keeps them) written by
+`pgn_tf.evaluate` for the same examples in the same order, scores each pair with rouge-score (stemmed; sentences on separate lines for rougeLsum) and
 resamples the examples with replacement: the p-value is the share of resamples in which B's mean
 is not above A's (one-sided).
 """
@@ -12,6 +12,7 @@ is not above A's (one-sided).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
 
@@ -24,7 +25,8 @@ METRICS = ("rouge1", "rouge2", "rougeLsum")
 
 
 def read_decoded(path: str) -> list[dict]:
-    with open(path) as f:
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
 
 

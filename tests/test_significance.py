@@ -34,3 +34,18 @@ def test_compare_decoded_files(tmp_path):
     (tmp_path / "c.jsonl").write_text(json.dumps({"decoded": "x", "reference": "other"}) + "\n")
     with pytest.raises(UserError, match="same examples"):
         significance.compare(str(tmp_path / "a.jsonl"), str(tmp_path / "c.jsonl"))
+
+
+def test_reads_gzipped_decoded_files(tmp_path):
+    """benchmarks/results keeps decoded outputs gzipped: they compare as the plain files do."""
+    import gzip
+
+    rows = [{"decoded": "a cat", "reference": "the cat sat"}, {"decoded": "x", "reference": "y"}]
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    (tmp_path / "a.jsonl").write_text(text)
+    with gzip.open(tmp_path / "b.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write(text)
+    assert significance.read_decoded(str(tmp_path / "b.jsonl.gz")) == rows
+    out = significance.compare(str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl.gz"),
+                               samples=200)
+    assert out["delta"] == 0.0 and out["examples"] == 2
