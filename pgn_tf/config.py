@@ -150,7 +150,7 @@ class TrainConfig:
     # The self-critical reward scores samples and baseline as decoding outputs them: with
     # decode.replace_unk in force, an [UNK] counts as the most-attended source word. Off: an
     # [UNK] matches nothing, so the reward pays for copying what replace_unk copies anyway
-    # (README "Self-critical RL on See et al.'s model").
+    # (docs/quality.md "Self-critical RL on See et al.'s model").
     reward_replace_unk: bool = True
     # A new phase (coverage conversion, new objective) starts from the previous phase's "best"
     # checkpoint, or its "latest".
@@ -178,14 +178,14 @@ class TrainConfig:
     # variables and float32 losses (bf16 needs no loss scaling). "auto" is mixed_bfloat16 where
     # the device multiplies bf16 natively (pgn_tf.hardware), float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it
-    # makes 1.31x faster at no ROUGE cost (README "bfloat16 at H = 256"), and in reference_onmt
-    # (1.15x on top of summary-length buckets, README "Performance").
+    # makes 1.31x faster at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in reference_onmt
+    # (1.15x on top of summary-length buckets, docs/performance.md).
     mixed_precision: Literal["", "auto", "mixed_bfloat16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).
     # One replica, objective "ml" and the pointer_generator model only (the rewards of "mixed"
     # and "rl" run a kernel XLA lacks; the other models are not tested under XLA). On the CPUs
-    # measured an XLA step is about 10x slower than the default one (README "Performance").
+    # measured an XLA step is about 10x slower than the default one (docs/performance.md).
     jit_compile: bool = False
 
 
@@ -308,7 +308,7 @@ def paulus2017() -> Config:
     `--set train.objective=mixed`. The paper states no minimum summary length (decoding runs
     0-100 tokens) and no gradient clipping. Not the paper's: embeddings start at stddev 0.5, the
     scale of the GloVe vectors it used (not available here); See et al.'s 1e-4 leaves the tied
-    output layer tanh(W_emb W_proj) near zero and learns slowest (README "Quality")."""
+    output layer tanh(W_emb W_proj) near zero and learns slowest (docs/quality.md)."""
     cfg = Config()
     cfg.data.max_enc_steps = 800
     cfg.model = ModelConfig(model_type="deep_reinforced", hidden_dim=200, emb_dim=100,
@@ -345,7 +345,7 @@ def rush2015_abs() -> Config:
 
 
 def _debian(cfg: Config, minutes: float) -> Config:
-    """The Debian package-description corpus (README "Quality"): one-line synopses of long
+    """The Debian package-description corpus (docs/quality.md): one-line synopses of long
     descriptions, so articles are cut to 100 tokens, summaries to 20, decoding to 3-30 tokens;
     a 5k vocab (the output softmax is a large share of a step's cost here; the pointer copies the
     rest); batch 32; a wall-clock budget, not steps; eval loss over 50 batches (1,600 pairs),
@@ -367,8 +367,7 @@ def _debian(cfg: Config, minutes: float) -> Config:
 
 def _debian_see(cfg: Config, minutes: float) -> Config:
     """See et al.'s models on the Debian corpus: H = E = 128 (debian_pgn: H = 256), Adam at 1e-3
-    (their Adagrad at 0.15 is made for days of training; Adam gets further in an hour, README
-    "Quality").
+    (their Adagrad at 0.15 is made for days of training; Adam gets further in an hour, docs/quality.md).
 
     Not the paper's, forced by a time budget on a 49k-pair corpus: the rate decays on a cosine
     to 1e-4 over each phase's minutes (at a constant 1e-3 the eval loss of a 45-minute run rose
@@ -396,18 +395,18 @@ def debian_pgn() -> Config:
     Dropout 0.3 on the embeddings and on o_t, which See et al. did not use (their 287k
     CNN/DailyMail pairs trained 12.8 epochs, section 5): on these 49k pairs the model without it
     overfits after about four epochs (its eval loss rose from step 6,000 of 18,000 on), and
-    with it the 60-minute recipe scored 1.13 ROUGE-1 higher (paired bootstrap p = 0.007, README
+    with it the 60-minute recipe scored 1.13 ROUGE-1 higher (paired bootstrap p = 0.007, docs/quality.md
     "Dropout: the 60-minute recipe regularised"). debian_baseline, not re-run with it, has none.
     Decoding blocks repeated words (`decode.block_repeated_words`): without the block 11.07% of
     that model's outputs repeat a word where 8.33% of the references do, with it 2.87%, for
     0.16 ROUGE-1 (coverage, the paper's remedy, did not lower it at H = 128: same section).
     LSTMs of H = 256 (embeddings stay 128): with dropout the H = 128 model's eval loss stopped
     falling after 30 minutes, and at H = 256 the 60-minute recipe scored +1.10 ROUGE-Lsum (paired
-    bootstrap p = 0.008; ROUGE-1 +0.61, p = 0.09) in half the steps (README "A larger model").
+    bootstrap p = 0.008; ROUGE-1 +0.61, p = 0.09) in half the steps (docs/quality.md "A larger model").
     Training batches bucketed by summary length and, on CPUs that multiply bf16 natively,
     bfloat16 mixed precision (`auto`): at H = 256 the two made a step 1.41x faster, and the
     60-minute recipe ran 16,422 steps instead of 11,620 for the same ROUGE (+0.21 ROUGE-1
-    [-0.73, 1.16], README "bfloat16 at H = 256").
+    [-0.73, 1.16], docs/quality.md "bfloat16 at H = 256").
     """
     cfg = _debian_see(see2017_pgn(), 45)
     cfg.model.hidden_dim = 256
@@ -427,7 +426,7 @@ def debian_coverage() -> Config:
     NLL from 2.60 to 2.77 in 370 steps (a 500-step warm-up, or the coverage loss at a quarter
     of its weight, did not stop it), and its checkpoints scored 47.00-48.79 ROUGE-1 on the
     table's 1,500 pairs (mean 47.97); at 2e-4 they scored 48.01-49.00 (mean 48.49), and the
-    one the presets' rule chooses 48.58 against 48.25 (README "Every checkpoint scored")."""
+    one the presets' rule chooses 48.58 against 48.25 (docs/quality.md "Every checkpoint scored")."""
     cfg = debian_pgn()
     cfg.model.coverage = True
     cfg.train.max_minutes = 15
@@ -441,7 +440,7 @@ def debian_paulus() -> Config:
     The switch is not supervised: the paper supervises u_t = 1 for named entities (a tagger we
     do not have) and OOVs, so without the first half every in-vocabulary word is supervised as
     generated, which on this corpus (73% of synopsis words occur in the article) cost 21.9
-    ROUGE-1 after 1,000 steps (17.95 vs 39.86 on 500 validation pairs, README "Quality")."""
+    ROUGE-1 after 1,000 steps (17.95 vs 39.86 on 500 validation pairs, docs/quality.md)."""
     cfg = _debian(paulus2017(), 40)
     cfg.model.hidden_dim = cfg.model.emb_dim = 64
     cfg.train.pointer_supervision = False
@@ -455,10 +454,10 @@ def debian_abs() -> Config:
     Not the paper's, forced by a time budget: Adam at 1e-3 decaying on a cosine to 1e-4 over
     the budget (no per-epoch halving) instead of SGD at 0.05. In 4-minute pilots with the
     attention encoder the eval NLL per summary reached 35.49 with Adam against 37.54 with SGD
-    at 0.2 (README "Quality"); norm-5 clipping kept. With `model.abs_encoder=conv`, each
+    at 0.2 (docs/quality.md); norm-5 clipping kept. With `model.abs_encoder=conv`, each
     convolution's output is layer-normalised before its tanh (`model.abs_conv_norm`): without
     it the convolutions' tanh saturated and the encoder gave every article the same vector
-    (README "Rush et al.'s ABS")."""
+    (docs/quality.md "Rush et al.'s ABS")."""
     cfg = _debian(rush2015_abs(), 60)
     cfg.model.hidden_dim, cfg.model.emb_dim = 256, 128
     cfg.model.abs_conv_norm = True  # acts on the convolutional encoder only
@@ -491,7 +490,7 @@ def reference_onmt() -> Config:
     cfg.train.batch_size = 32
     # As debian_pgn: batches bucketed by summary length as well (OpenNMT-py sorts by length
     # too) and bf16 where the CPU multiplies it natively: 1.07x, and bf16 1.15x on top of the
-    # buckets, in one run of benchmarks/compare_peer.py (README "Performance"); neither cost
+    # buckets, in one run of benchmarks/compare_peer.py (docs/performance.md); neither cost
     # ROUGE in debian_pgn's 60-minute run.
     cfg.data.bucket_by_summary_length = True
     cfg.train.mixed_precision = "auto"

@@ -26,7 +26,7 @@ def cpu_flags() -> frozenset[str] | None:
 def has_bf16_matmul() -> bool:
     """Whether the device that trains multiplies bfloat16 natively: a GPU of compute capability
     8.0 or later (Ampere's bf16 tensor cores), or, without a GPU, a CPU with AVX512_BF16 or AMX.
-    Elsewhere bf16 is emulated and mixed precision gains nothing (README "Performance")."""
+    Elsewhere bf16 is emulated and mixed precision gains nothing (docs/performance.md)."""
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         details = tf.config.experimental.get_device_details(gpus[0])

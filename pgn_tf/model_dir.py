@@ -136,7 +136,7 @@ def restore_model(model, path: str) -> None:
         raise UserError(
             f"{path} does not hold every weight of this model: it was written for another "
             f"architecture, or by a version of pgn_tf whose model it does not match (a "
-            f"convolutional ABS encoder trained before its layers were checkpointed, README "
+            f"convolutional ABS encoder trained before its layers were checkpointed, docs/quality.md "
             f"\"Rush et al.'s ABS, re-run\"); retrain it") from None
 
 

@@ -6,7 +6,7 @@ of the embedding it still adds epsilon to and takes the square root of the *whol
 accumulator. TF's `ResourceApplyAdagradV2` / `ResourceApplyAdam` do the same update in one
 multi-threaded pass, and `ResourceSparseApplyAdagradV2` touches the gradient's rows only. At
 the reference sizes (20k vocabulary) the optimizer's ops were 8.6% of a training step's op time
-(README "Performance").
+(docs/performance.md).
 
 The update rules are Keras's (the tests compare them, `tests/test_optimizers.py`), with two
 differences that do not matter at these settings:

@@ -71,7 +71,7 @@ class FeedGradient(_SummedAfterLoop):
     [T, B, E], zeros whose gradient is dF: their custom gradient forms A^T dF from the
     attention handed over by `close` after the loop. The same numbers as autodiff of the plain
     loop (tests/layers/test_decoder.py), about 3% of a training step at the reference sizes
-    (README "Performance").
+    (docs/performance.md).
 
     Example (inside a model's call):
       >>> feed = FeedGradient(enc_fed, steps)
@@ -105,7 +105,7 @@ class GateGradient(_SummedAfterLoop):
     each over all steps, from the inputs handed over by `close` after the loop (as
     FeedGradient). Gate blocks in `weights` are i, f, o, g (one sigmoid covers three). The
     same numbers as autodiff of the loop on the Keras cell (tests/layers/test_decoder.py),
-    about 4% of a training step at the reference sizes (README "Performance").
+    about 4% of a training step at the reference sizes (docs/performance.md).
     """
 
     def __init__(self, cell, steps, batch):

@@ -29,8 +29,10 @@ def lstm_recurrence(xw, recurrent):
     training step at the reference sizes (docs/performance.md).
 
     Each step multiplies the D directions' states by their recurrent kernels one direction at a
-    time (`_per_direction`), not as one [D, B, H] x [D, H, 4H] batched matmul: oneDNN's batched
-    matmul costs 3-4x a plain matmul's time per direction at these sizes (B = 1-64, H = 128-256).
+    time (`_per_direction`), not as one [D, B, H] x [D, H, 4H] batched matmul: at small batches
+    oneDNN's batched matmul costs several plain matmuls' time (per direction about 3.7x at B = 1,
+    1.8x at B = 32 and H = 128, the same from B = 16 at H = 256), which made decoding one
+    article at a time 1.5x slower (README "Performance").
 
     Args:
       xw: float [L, D, B, 4H], the input projections plus bias of D independent LSTMs (here

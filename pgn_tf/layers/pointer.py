@@ -71,7 +71,7 @@ def scatter_copy(attn: tf.Tensor, enc_ext_ids: tf.Tensor, ext_size) -> tf.Tensor
 
     attn: float [batch, src_len]; enc_ext_ids: int32 [batch, src_len] -> float [batch, ext_size].
     A weighted bincount per row (duplicates add up): on CPU it runs in about half the time of
-    the equivalent scatter_nd of [B, L] updates (README "Performance"); its gradient gathers
+    the equivalent scatter_nd of [B, L] updates (docs/performance.md); its gradient gathers
     (_dense_bincount_grad).
     """
     return tf.math.bincount(tf.cast(enc_ext_ids, tf.int32), weights=attn, minlength=ext_size,
@@ -146,7 +146,7 @@ def _log_softmax_at(logits: tf.Tensor, target: tf.Tensor):
     Its gradient is written out, g (onehot(target) - softmax(logits)), from the exponentials
     the forward pass computed: autodiff would differentiate the gather into a dense
     [N, V] segment sum and add it to the log-sum-exp's gradient, two more full-width passes
-    (4.5-8 ms less a step at the reference sizes; README "Performance"). Training only: no
+    (4.5-8 ms less a step at the reference sizes; docs/performance.md). Training only: no
     exported graph holds it (the note on DenseBincount's gradient above says why that
     matters)."""
     top = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
