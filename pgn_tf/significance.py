@@ -4,9 +4,10 @@ bootstrap test (Koehn 2004; Berg-Kirkpatrick et al. 2012).
     python -m pgn_tf.significance A/decoded.jsonl B/decoded.jsonl [--metric rougeLsum]
 
 Reads two `decoded.jsonl` files (or their .gz, as benchmarks/results keeps them) written by
-`pgn_tf.evaluate` for the same examples in the same order, scores each pair with rouge-score (stemmed; sentences on separate lines for rougeLsum) and
-resamples the examples with replacement: the p-value is the share of resamples in which B's mean
-is not above A's (one-sided).
+`pgn_tf.evaluate` for the same examples in the same order, scores each pair with rouge-score
+(stemmed; sentences on separate lines for rougeLsum) and resamples the examples with
+replacement: the p-value is the share of resamples in which B's mean is not above A's
+(one-sided).
 """
 
 from __future__ import annotations
