@@ -178,8 +178,8 @@ class TrainConfig:
     # variables and float32 losses (bf16 needs no loss scaling). "auto" is mixed_bfloat16 where
     # the device multiplies bf16 natively (pgn_tf.hardware), float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it
-    # makes 1.31x faster at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in reference_onmt
-    # (1.15x on top of summary-length buckets, docs/performance.md).
+    # makes 1.31x faster at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in
+    # reference_onmt (1.15x on top of summary-length buckets, docs/performance.md).
     mixed_precision: Literal["", "auto", "mixed_bfloat16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).
@@ -367,7 +367,8 @@ def _debian(cfg: Config, minutes: float) -> Config:
 
 def _debian_see(cfg: Config, minutes: float) -> Config:
     """See et al.'s models on the Debian corpus: H = E = 128 (debian_pgn: H = 256), Adam at 1e-3
-    (their Adagrad at 0.15 is made for days of training; Adam gets further in an hour, docs/quality.md).
+    (their Adagrad at 0.15 is made for days of training; Adam gets further in an hour,
+    docs/quality.md).
 
     Not the paper's, forced by a time budget on a 49k-pair corpus: the rate decays on a cosine
     to 1e-4 over each phase's minutes (at a constant 1e-3 the eval loss of a 45-minute run rose
@@ -395,14 +396,16 @@ def debian_pgn() -> Config:
     Dropout 0.3 on the embeddings and on o_t, which See et al. did not use (their 287k
     CNN/DailyMail pairs trained 12.8 epochs, section 5): on these 49k pairs the model without it
     overfits after about four epochs (its eval loss rose from step 6,000 of 18,000 on), and
-    with it the 60-minute recipe scored 1.13 ROUGE-1 higher (paired bootstrap p = 0.007, docs/quality.md
-    "Dropout: the 60-minute recipe regularised"). debian_baseline, not re-run with it, has none.
+    with it the 60-minute recipe scored 1.13 ROUGE-1 higher (paired bootstrap p = 0.007,
+    docs/quality.md "Dropout: the 60-minute recipe regularised"). debian_baseline, not re-run
+    with it, has none.
     Decoding blocks repeated words (`decode.block_repeated_words`): without the block 11.07% of
     that model's outputs repeat a word where 8.33% of the references do, with it 2.87%, for
     0.16 ROUGE-1 (coverage, the paper's remedy, did not lower it at H = 128: same section).
     LSTMs of H = 256 (embeddings stay 128): with dropout the H = 128 model's eval loss stopped
     falling after 30 minutes, and at H = 256 the 60-minute recipe scored +1.10 ROUGE-Lsum (paired
-    bootstrap p = 0.008; ROUGE-1 +0.61, p = 0.09) in half the steps (docs/quality.md "A larger model").
+    bootstrap p = 0.008; ROUGE-1 +0.61, p = 0.09) in half the steps (docs/quality.md "A larger
+    model").
     Training batches bucketed by summary length and, on CPUs that multiply bf16 natively,
     bfloat16 mixed precision (`auto`): at H = 256 the two made a step 1.41x faster, and the
     60-minute recipe ran 16,422 steps instead of 11,620 for the same ROUGE (+0.21 ROUGE-1
@@ -426,7 +429,8 @@ def debian_coverage() -> Config:
     NLL from 2.60 to 2.77 in 370 steps (a 500-step warm-up, or the coverage loss at a quarter
     of its weight, did not stop it), and its checkpoints scored 47.00-48.79 ROUGE-1 on the
     table's 1,500 pairs (mean 47.97); at 2e-4 they scored 48.01-49.00 (mean 48.49), and the
-    one the presets' rule chooses 48.58 against 48.25 (docs/quality.md "Every checkpoint scored")."""
+    one the presets' rule chooses 48.58 against 48.25 (docs/quality.md "Every checkpoint
+    scored")."""
     cfg = debian_pgn()
     cfg.model.coverage = True
     cfg.train.max_minutes = 15

@@ -169,17 +169,17 @@ def test_speed_switches_are_off_by_default():
 
 
 def test_the_debian_see_presets_take_the_measured_speed_switches():
-    """Measured at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"): debian_pgn and debian_coverage
-    bucket by summary length and use bf16 where the CPU multiplies it natively, and so does
-    the speed comparison's reference_onmt."""
+    """Measured at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"): debian_pgn and
+    debian_coverage bucket by summary length and use bf16 where the CPU multiplies it natively,
+    and so does the speed comparison's reference_onmt."""
     for name in ("debian_pgn", "debian_coverage", "reference_onmt"):
         cfg = config.resolve(name)
         assert (cfg.train.mixed_precision, cfg.data.bucket_by_summary_length) == ("auto", True)
 
 
 def test_the_coverage_phase_continues_at_a_fifth_of_the_rate():
-    """Measured (docs/quality.md "Every checkpoint scored"): a fresh Adam at debian_pgn's 1e-3 knocks the
-    converted model's eval NLL up; debian_coverage starts its own cosine at 2e-4."""
+    """Measured (docs/quality.md "Every checkpoint scored"): a fresh Adam at debian_pgn's 1e-3
+    knocks the converted model's eval NLL up; debian_coverage starts its own cosine at 2e-4."""
     pgn, cov = config.resolve("debian_pgn"), config.resolve("debian_coverage")
     assert (pgn.train.learning_rate, cov.train.learning_rate) == (1e-3, 2e-4)
     assert cov.model.coverage and not pgn.model.coverage

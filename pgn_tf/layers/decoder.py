@@ -33,11 +33,11 @@ from pgn_tf.layers.pointer import PointerSwitch
 
 class _SummedAfterLoop:
     """Zero-valued probes [T, ...], added inside a teacher-forced loop, whose custom gradient
-    turns their gradient (every step's, stacked) into the gradients of `inputs` by `_sums`,
-    from the loop outputs handed over by `close` after the loop (a gradient is only computed
-    after the forward pass, so they exist by then)."""
+    turns their gradient (every step's, stacked) into the gradients of `inputs` by
+    `sums(dprobes, *handed)`, from the loop outputs handed over by `close` after the loop (a
+    gradient is only computed after the forward pass, so they exist by then)."""
 
-    def __init__(self, shape, dtype, *inputs):
+    def __init__(self, shape, dtype, sums, *inputs):
         self._handed = None
 
         @tf.custom_gradient
@@ -46,13 +46,10 @@ class _SummedAfterLoop:
                 if self._handed is None:
                     raise RuntimeError(f"{type(self).__name__}.close(...) was not called "
                                        "after the loop")
-                return self._sums(dprobes, *self._handed)
+                return sums(dprobes, *self._handed)
             return tf.zeros(shape, dtype), grad
 
         self.probes = probe(*inputs)
-
-    def _sums(self, dprobes, *handed):
-        raise NotImplementedError
 
     def close(self, *handed):
         self._handed = handed
@@ -82,9 +79,10 @@ class FeedGradient(_SummedAfterLoop):
     def __init__(self, enc_fed, steps):
         self.enc_fed = tf.stop_gradient(enc_fed)
         super().__init__(tf.stack([steps, tf.shape(enc_fed)[0], tf.shape(enc_fed)[2]]),
-                         enc_fed.dtype, enc_fed)
+                         enc_fed.dtype, self._sums, enc_fed)
 
-    def _sums(self, dprobes, attn):  # dprobes [T, B, E]
+    @staticmethod
+    def _sums(dprobes, attn):  # dprobes [T, B, E]
         return tf.matmul(tf.cast(attn, dprobes.dtype), tf.transpose(dprobes, [1, 0, 2]),
                          transpose_a=True)
 
@@ -118,9 +116,10 @@ class GateGradient(_SummedAfterLoop):
                                               ("bias", cell.lstm.bias))}
         self.weights = {k: tf.stop_gradient(w) for k, w in weights.items()}
         super().__init__(tf.stack([steps, batch, 4 * cell.hidden_dim]), cell.compute_dtype,
-                         weights["kernel"], weights["recurrent"], weights["bias"])
+                         self._sums, weights["kernel"], weights["recurrent"], weights["bias"])
 
-    def _sums(self, dz, x, h_prev):  # dz [T, B, 4H]
+    @staticmethod
+    def _sums(dz, x, h_prev):  # dz [T, B, 4H]
         dz2 = tf.reshape(dz, [-1, dz.shape[-1]])
         x, h_prev = (tf.reshape(tf.cast(t, dz.dtype), [-1, t.shape[-1]]) for t in (x, h_prev))
         return (tf.matmul(x, dz2, transpose_a=True), tf.matmul(h_prev, dz2, transpose_a=True),
@@ -204,8 +203,7 @@ class AttentionDecoderCell(keras.layers.Layer):
         """s_t = LSTM(x_t, s_{t-1}) -> h, c [B, H] and the attention's query s_t = [c; h] (See
         et al.'s code) and coverage (None without it)."""
         _, (h, c) = self.lstm(x, [state["h"], state["c"]])
-        cov = state["coverage"] if self.coverage else None
-        return h, c, tf.concat([c, h], -1), cov
+        return self._with_query(h, c, state)
 
     def _lstm_with(self, x, state, weights, probe):
         """_lstm on a GateGradient's weights (gate blocks i, f, o, g), its probe added to z."""
@@ -214,7 +212,11 @@ class AttentionDecoderCell(keras.layers.Layer):
         sig, g = tf.split(z, [3 * self.hidden_dim, self.hidden_dim], axis=-1)
         i, f, o = tf.split(tf.sigmoid(sig), 3, axis=-1)
         c = f * state["c"] + i * tf.tanh(g)
-        h = o * tf.tanh(c)
+        return self._with_query(h=o * tf.tanh(c), c=c, state=state)
+
+    def _with_query(self, h, c, state):
+        """h, c, the attention's query [c; h] (See et al.'s code) and the coverage (None
+        without it)."""
         cov = state["coverage"] if self.coverage else None
         return h, c, tf.concat([c, h], -1), cov
 
