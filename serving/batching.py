@@ -24,15 +24,19 @@ for more rows, run once, and split back. Every field of the proto is honoured:
   strings) to a common shape; without it only requests of equal shapes share a batch.
 * `thread_pool_name` names the batch threads.
 
-A request's deadline travels with it: work whose deadline has passed is dropped before it runs
-(DEADLINE_EXCEEDED). When a model version is unloaded its queues are retired: the requests
-already in them still run, then the queues (and the version they hold) are dropped.
+A request's deadline and its client's cancellation travel with it (serving.cancel.Call): work
+whose requests are gone is dropped before it runs, and a batch already running is stopped once
+every request in it is gone. A queue exists only while it holds requests: it is created by the
+first request for its key and dropped when its last one leaves (taken into a batch, expired or
+cancelled), so no queue, and no model version a queue's run function holds, outlives its
+requests, whenever the version is unloaded.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import itertools
 import threading
 import time
@@ -47,6 +51,7 @@ from google.protobuf import (
     wrappers_pb2,  # noqa: F401  (registers the wrapper types)
 )
 
+from serving.cancel import Call, Watchdog
 from serving.status import Code, RequestError
 
 
@@ -166,13 +171,13 @@ def parse_batching_parameters(text: str) -> BatchingParameters:
 class _Task:
     """One request in a queue; with splitting, its rows may run in several batches."""
 
-    __slots__ = ("inputs", "rows", "deadline", "enqueued", "offset", "done_rows", "pieces",
-                 "event", "outputs", "error", "cancelled", "lock")
+    __slots__ = ("inputs", "rows", "call", "enqueued", "offset", "done_rows", "pieces",
+                 "event", "outputs", "error", "lock")
 
-    def __init__(self, inputs: dict, rows: int, deadline: float | None):
+    def __init__(self, inputs: dict, rows: int, call: Call):
         self.inputs = inputs
         self.rows = rows
-        self.deadline = deadline  # time.monotonic() seconds, or None
+        self.call = call  # its deadline and whether its client left
         self.enqueued = time.monotonic()
         self.offset = 0  # next row not yet taken into a batch
         self.done_rows = 0
@@ -180,7 +185,6 @@ class _Task:
         self.event = threading.Event()
         self.outputs = None
         self.error = None
-        self.cancelled = False
         self.lock = threading.Lock()  # pieces of one task may finish on two batch threads
 
     def trailing_shapes(self) -> dict:
@@ -213,7 +217,6 @@ class _Queue:
         self.run = run
         self.tasks: collections.deque[_Task] = collections.deque()
         self.rows = 0  # rows queued and not yet taken into a batch
-        self.retired = False
 
 
 def _pad_to(arr: np.ndarray, shape: tuple) -> np.ndarray:
@@ -229,11 +232,15 @@ class BatchScheduler:
     Args:
       params: BatchingParameters (validated).
       on_batch: optional callable(key, rows, padded_rows) told of every batch run.
+      watchdog: the serving.cancel.Watchdog that stops a batch whose requests are all gone
+        (None: batches always run to their end).
     """
 
-    def __init__(self, params: BatchingParameters, on_batch=None):
+    def __init__(self, params: BatchingParameters, on_batch=None,
+                 watchdog: Watchdog | None = None):
         self.params = params.validate()
         self.on_batch = on_batch
+        self.watchdog = watchdog
         self._queues: dict = {}
         self._cv = threading.Condition()
         self._closed = False
@@ -247,16 +254,18 @@ class BatchScheduler:
     # -- producers --------------------------------------------------------------------------
 
     def submit(self, key, run: Callable[[dict], dict], inputs: dict,
-               deadline: float | None = None) -> dict:
+               call: Call | None = None) -> dict:
         """Queues `inputs` (numpy arrays sharing a batch axis) on the queue `key`, creating it
-        with `run` if needed, and waits for the outputs. Raises RequestError."""
+        with `run` if needed, and waits for the outputs until `call`'s deadline or its
+        cancellation. Raises RequestError."""
         p = self.params
+        call = call or Call()
         rows = int(next(iter(inputs.values())).shape[0])
         if rows > p.max_batch_size:
             raise RequestError(Code.INVALID_ARGUMENT,
                                f"request has {rows} rows, over the batching max_batch_size of "
                                f"{p.max_batch_size}; send at most {p.max_batch_size} a request")
-        task = _Task(inputs, rows, deadline)
+        task = _Task(inputs, rows, call)
         with self._cv:
             if self._closed:
                 raise RequestError(Code.UNAVAILABLE, "the server is shutting down")
@@ -264,6 +273,7 @@ class BatchScheduler:
             if queue is None:
                 queue = self._queues[key] = _Queue(key, run)
             if queue.rows + rows > p.queue_capacity_rows:
+                self._drop_if_empty(queue)
                 raise RequestError(
                     Code.RESOURCE_EXHAUSTED,
                     f"batching queue is full ({queue.rows} rows waiting, capacity "
@@ -271,31 +281,30 @@ class BatchScheduler:
             queue.tasks.append(task)
             queue.rows += rows
             self._cv.notify()
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not task.event.wait(timeout):
-            with self._cv:  # expired: its rows not yet in a batch leave the queue now
-                task.cancelled = True
-                if task.offset < task.rows and task in queue.tasks:
+        call.on_cancel(lambda: task.fail(call.error()))
+        timeout = None if call.deadline is None else max(0.0, call.deadline - time.monotonic())
+        done = task.event.wait(timeout)
+        if not done or call.gone(time.monotonic()):
+            with self._cv:  # its rows not yet in a batch leave the queue now
+                if task in queue.tasks:
                     queue.tasks.remove(task)
                     queue.rows -= task.rows - task.offset
-            raise RequestError(Code.DEADLINE_EXCEEDED,
-                               "deadline exceeded while waiting in the batching queue")
+                self._drop_if_empty(queue)
+            if not done:
+                raise RequestError(Code.DEADLINE_EXCEEDED,
+                                   "deadline exceeded while waiting in the batching queue")
         if task.error is not None:
             raise task.error
         return task.outputs
 
-    def retire(self, owner) -> None:
-        """Drops the queues whose key starts with `owner` once the requests in them ran."""
-        with self._cv:
-            for key, q in list(self._queues.items()):
-                if isinstance(key, tuple) and key and key[0] is owner:
-                    q.retired = True
-                    if not q.tasks:
-                        del self._queues[key]
-
     def queue_count(self) -> int:
         with self._cv:
             return len(self._queues)
+
+    def _drop_if_empty(self, queue: _Queue) -> None:
+        """A queue leaves with its last request (cv held)."""
+        if not queue.tasks and self._queues.get(queue.key) is queue:
+            del self._queues[queue.key]
 
     def close(self) -> None:
         with self._cv:
@@ -317,11 +326,11 @@ class BatchScheduler:
         pieces, rows, shapes = [], 0, None
         while queue.tasks and rows < limit:
             task = queue.tasks[0]
-            if task.cancelled or (task.deadline is not None and now >= task.deadline):
+            if task.call.gone(now):
                 queue.tasks.popleft()
                 queue.rows -= task.rows - task.offset
-                task.fail(RequestError(Code.DEADLINE_EXCEEDED,
-                                       "deadline exceeded before the request could run"))
+                task.fail(task.call.error() if task.call.cancelled else RequestError(
+                    Code.DEADLINE_EXCEEDED, "deadline exceeded before the request could run"))
                 continue
             if not p.pad_variable_length_inputs:
                 if shapes is None:
@@ -342,28 +351,38 @@ class BatchScheduler:
 
     def _next_batch(self):
         """(queue, pieces) of the next batch to run, or None at close (cv held)."""
-        timeout = self.params.batch_timeout_micros / 1e6
         while not self._closed:
             now = time.monotonic()
-            queues = list(self._queues.values())
-            if queues:
-                k = next(self._rr) % len(queues)
-                queues = queues[k:] + queues[:k]  # round robin between models
-            soonest = None
-            for q in queues:
-                if not q.tasks:
-                    continue
-                ready_at = q.tasks[0].enqueued + timeout
-                if q.rows >= self.params.execution_batch_size or now >= ready_at:
-                    pieces = self._take(q, now)
-                    if q.retired and not q.tasks:
-                        self._queues.pop(q.key, None)
-                    if pieces:
-                        return q, pieces
-                    continue
-                soonest = ready_at if soonest is None else min(soonest, ready_at)
+            got, soonest = self._scan(now)
+            if got is not None:
+                return got
+            # no reference to any queue is held while waiting: a queue dropped meanwhile
+            # (and the model version its run function holds) is freed at once
             self._cv.wait(None if soonest is None else max(0.0, soonest - now))
         return None
+
+    def _scan(self, now: float):
+        """((queue, pieces) of a batch ready to run, or None; when the next one will be ready,
+        or None), visiting the queues round robin between models (cv held)."""
+        timeout = self.params.batch_timeout_micros / 1e6
+        queues = list(self._queues.values())
+        if queues:
+            k = next(self._rr) % len(queues)
+            queues = queues[k:] + queues[:k]
+        soonest = None
+        for q in queues:
+            if not q.tasks:
+                self._drop_if_empty(q)
+                continue
+            ready_at = q.tasks[0].enqueued + timeout
+            if q.rows >= self.params.execution_batch_size or now >= ready_at:
+                pieces = self._take(q, now)
+                self._drop_if_empty(q)
+                if pieces:
+                    return (q, pieces), None
+                continue
+            soonest = ready_at if soonest is None else min(soonest, ready_at)
+        return None, soonest
 
     def _merge(self, pieces) -> tuple[dict, int, int]:
         keys = list(pieces[0][0].inputs)
@@ -394,7 +413,11 @@ class BatchScheduler:
             queue, pieces = got
             try:
                 merged, rows, padded = self._merge(pieces)
-                out = queue.run(merged)
+                if self.watchdog is None:
+                    out = queue.run(merged)
+                else:  # stopped once every request of the batch is gone
+                    out = self.watchdog.run(functools.partial(queue.run, merged),
+                                            [t.call for t, _, _ in pieces])
                 if self.on_batch is not None:
                     self.on_batch(queue.key, rows, padded)
                 start = 0

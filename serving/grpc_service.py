@@ -6,7 +6,8 @@ The handlers are registered with a request parser that never raises: bytes that 
 request get INVALID_ARGUMENT from the handler (grpc's own deserializer failure would answer
 INTERNAL). Every other failure goes through serving.status, so a client only ever sees a proper
 status. Deadlines are honoured: `context.time_remaining()` becomes the request's deadline in the
-batching queue, and work whose deadline passed is dropped with DEADLINE_EXCEEDED.
+batching queue and the run's (serving.cancel): work whose deadline passed, or whose client
+cancelled, is dropped, or stopped if it is running, with DEADLINE_EXCEEDED or CANCELLED.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tensorflow_serving.apis import (
     predict_pb2,
 )
 
+from serving.cancel import Call
 from serving.metrics import Metrics
 from serving.models import ModelRegistry
 from serving.predict import Predictor
@@ -104,7 +106,8 @@ class Services:
         return self._call("predict", request, context, self._predict)
 
     def _predict(self, request, context, seen):
-        deadline = _deadline(context)
+        call = Call(_deadline(context))
+        context.add_callback(call.cancel)  # the RPC ended: cancelled, expired or answered
         version, label = _version_of(request.model_spec)
         loaded = self.predictor.resolve(request.model_spec.name, version, label)
         seen["version"] = loaded.version
@@ -115,7 +118,7 @@ class Services:
         if unknown:
             raise invalid(f"output_filter names unknown outputs {[u[:100] for u in unknown[:10]]} "
                           f"(outputs: {sorted(sig.outputs)})")
-        outputs = self.predictor.predict(loaded, sig, inputs, deadline)
+        outputs = self.predictor.predict(loaded, sig, inputs, call)
         resp = predict_pb2.PredictResponse()
         resp.model_spec.name = loaded.name
         resp.model_spec.version.value = loaded.version

@@ -8,8 +8,13 @@ available version serves requests that name no version, and `version_labels` map
 versions. A version that fails to load is logged and skipped while the one already serving
 keeps serving; it is retried when its files change, or on a backoff (`load_retry_interval_s`,
 doubling, at most `max_load_retries` times). A request holds a reference to the version it
-started on, so a swap never fails a request in flight; an unloaded version's batching queues
-are retired (`on_unload`) so that nothing keeps it in memory.
+started on, so a swap never fails a request in flight, and nothing else holds it: a batching
+queue lives only while it holds requests (serving.batching), so an unloaded version is freed
+once its last request is answered (LoadedVersion.live() counts the versions alive).
+
+Version dirs are served only from inside the base path: a version dir that is, or holds, a
+symbolic link leading out of it is refused with one warning (and never walked), where stock
+TF Serving follows such links.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ import os
 import re
 import threading
 import time
+import weakref
 from collections.abc import Callable
 
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from serving.status import not_found, redact
+from serving.status import echo, not_found, redact
 
 log = logging.getLogger("serving")
 
@@ -53,10 +59,18 @@ class LoadedVersion:
 
     `input_limits` comes from the export's assets.extra/serving_limits.json when it has one:
     {signature: {input: [low, high]}} for scalar inputs (pgn_tf.export writes the caps of
-    summarize_options there; the graph checks the same caps).
+    summarize_options there; the graph checks the same caps). `decode_defaults` is the
+    export's decoding defaults from assets.extra/config.json (beam_size, max_decode_steps), when
+    it has one: the work a request may ask for is counted with them (serving.predict).
+
+    Every instance is counted in `live()` until it is garbage: a version that outlives its
+    unload shows there.
     """
 
+    _live: weakref.WeakSet = weakref.WeakSet()
+
     def __init__(self, name: str, version: int, path: str):
+        LoadedVersion._live.add(self)
         self.name = name
         self.version = version
         self.path = path
@@ -71,6 +85,26 @@ class LoadedVersion:
         self.signature_defs = {k: v for k, v in sm.meta_graphs[0].signature_def.items()
                                if not k.startswith("__")}
         self.input_limits = read_input_limits(path)
+        self.decode_defaults = read_decode_defaults(path)
+
+    @staticmethod
+    def live() -> int:
+        """How many versions are alive in this process (loaded, or still referenced)."""
+        return len(LoadedVersion._live)
+
+
+def read_decode_defaults(path: str) -> dict:
+    """{"beam_size": int, "max_decode_steps": int} from a pgn_tf export's config, else {}."""
+    f = os.path.join(path, "assets.extra", "config.json")
+    if not tf.io.gfile.exists(f):
+        return {}
+    with tf.io.gfile.GFile(f) as fh:
+        decode = json.load(fh).get("decode", {})
+    try:
+        return {"beam_size": int(decode["beam_size"]),
+                "max_decode_steps": int(decode["max_dec_steps"])}
+    except (KeyError, TypeError, ValueError):
+        return {}
 
 
 def read_input_limits(path: str) -> dict:
@@ -83,17 +117,46 @@ def read_input_limits(path: str) -> dict:
             for sig, inputs in raw.items()}
 
 
+_FINGERPRINT_MAX_FILES = 10_000  # a SavedModel has a handful; a tree of more is not one
+
+
 def _fingerprint(path: str) -> tuple:
-    """Changes whenever any file of a version dir changes (name, size or mtime)."""
+    """Changes whenever a file of a version dir changes (name, size or mtime). Reads the version
+    dir and one level below it (a SavedModel's variables/, assets/, assets.extra/), follows no
+    symbolic link and stops after _FINGERPRINT_MAX_FILES entries, so a poll costs little
+    whatever the dir holds."""
     out = []
-    for root, _, files in os.walk(path):
+    for root, dirs, files in os.walk(path):
+        if root != path:
+            dirs.clear()  # no deeper than one level below the version dir
         for fn in files:
             try:
-                st = os.stat(os.path.join(root, fn))
+                st = os.stat(os.path.join(root, fn), follow_symlinks=False)
             except OSError:
                 continue
             out.append((os.path.relpath(os.path.join(root, fn), path), st.st_size, st.st_mtime_ns))
+            if len(out) >= _FINGERPRINT_MAX_FILES:
+                return tuple(sorted(out))
     return tuple(sorted(out))
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in path
+
+
+def _leaves(path: str, base_real: str) -> str | None:
+    """Where a local version dir (or one of its entries) really is, when that is outside the
+    model's base path; None when it stays inside."""
+    candidates = [path]
+    try:
+        candidates += [os.path.join(path, e) for e in os.listdir(path)]
+    except OSError:
+        pass
+    for c in candidates:
+        real = os.path.realpath(c)
+        if os.path.commonpath([real, base_real]) != base_real:
+            return real
+    return None
 
 
 @dataclasses.dataclass
@@ -141,18 +204,15 @@ class ServedModel:
     Args:
       name: the model name requests use; spec: ModelSpec.
       load: callable(name, version, path) -> LoadedVersion (also replays warm-up requests).
-      on_unload: callable(LoadedVersion) when a version stops serving.
       load_retry_interval_s, max_load_retries: the backoff of failed versions.
     """
 
     def __init__(self, name: str, spec: ModelSpec, load: Callable | None = None,
-                 on_unload: Callable | None = None, load_retry_interval_s: float = 60.0,
-                 max_load_retries: int = 5):
+                 load_retry_interval_s: float = 60.0, max_load_retries: int = 5):
         self.name = name
         self.spec = spec
         self.base_path = spec.base_path
         self.load = load or LoadedVersion
-        self.on_unload = on_unload
         self.load_retry_interval_s = load_retry_interval_s
         self.max_load_retries = max_load_retries
         self._lock = threading.Lock()
@@ -165,9 +225,20 @@ class ServedModel:
         if not tf.io.gfile.isdir(self.base_path):
             return []
         out = []
+        base_real = os.path.realpath(self.base_path) if _is_local(self.base_path) else None
         for d in tf.io.gfile.listdir(self.base_path):
             d = d.rstrip("/")
             if _VERSION_DIR.fullmatch(d) and int(d) < 2**63:
+                if base_real is not None:
+                    outside = _leaves(os.path.join(self.base_path, d), base_real)
+                    if outside is not None:
+                        if f"outside:{d}" not in self._warned:
+                            self._warned.add(f"outside:{d}")
+                            log.warning("model %s: not serving version dir %r: it leads out of "
+                                        "the base path (a symbolic link); versions are served "
+                                        "only from inside --model_base_path", self.name, d)
+                        continue
+                    self._warned.discard(f"outside:{d}")  # warned again if it leaves again
                 out.append(int(d))
             elif d.isdigit() and d not in self._warned:  # "0002", "²": not TF Serving's names
                 self._warned.add(d)
@@ -240,8 +311,6 @@ class ServedModel:
                     dropped.append(self._loaded.pop(v))
                     self._state[v] = ("END", "")
         for loaded in dropped:
-            if self.on_unload is not None:
-                self.on_unload(loaded)
             log.info("model %s version %d unloaded", self.name, loaded.version)
         if dropped:
             del loaded, dropped
@@ -259,7 +328,7 @@ class ServedModel:
         label); RequestError NOT_FOUND otherwise."""
         if label is not None:
             if label not in self.spec.labels:
-                raise not_found(f"model '{self.name}' has no version label '{label}' (labels: "
+                raise not_found(f"model '{self.name}' has no version label '{echo(label)}' (labels: "
                                 f"{', '.join(sorted(self.spec.labels)) or 'none'})")
             version = self.spec.labels[label]
         with self._lock:
@@ -270,7 +339,7 @@ class ServedModel:
                                 f"'{self.name}' is loaded")
             loaded = self._loaded.get(version)
         if loaded is None:
-            via = f" (label '{label}')" if label is not None else ""
+            via = f" (label '{echo(label)}')" if label is not None else ""
             raise not_found(f"Servable not found for request: version {version}{via} of model "
                             f"'{self.name}' is not loaded")
         return loaded
@@ -292,8 +361,6 @@ class ServedModel:
             self._loaded.clear()
         for loaded in dropped:
             self._state[loaded.version] = ("END", "")
-            if self.on_unload is not None:
-                self.on_unload(loaded)
 
 
 class ModelRegistry:

@@ -1,6 +1,15 @@
 """Prediction: find the model version and signature a request names, check its inputs
-(serving.validation), and run them, batched (serving.batching) or not, within the request's
-deadline. The gRPC and REST services and the warm-up replay all go through `Predictor`.
+(serving.validation), count the decoding work they ask for against the server's budget, and run
+them, batched (serving.batching) or not, under the request's deadline and cancellation
+(serving.cancel). The gRPC and REST services and the warm-up replay all go through `Predictor`.
+
+The work budget: a decoding request costs about rows x beam x decoding steps model steps (each
+row's article is cut to the export's max_enc_steps tokens in the graph, so a step's cost per
+hypothesis is bounded, and the article bytes by --max_request_bytes). The inputs `beam_size`
+and `max_decode_steps` (summarize_options) give the beam and the steps; other signatures use
+the export's decoding defaults (LoadedVersion.decode_defaults). The budget is --max_decode_work,
+or by default what the largest serving_default request may cost: --max_batch_rows x the
+export's beam size x its max decoding steps. A request over it is refused before it runs.
 """
 
 from __future__ import annotations
@@ -11,6 +20,7 @@ import tensorflow as tf
 
 from serving import validation
 from serving.batching import BatchScheduler
+from serving.cancel import Call, Watchdog
 from serving.metrics import Metrics
 from serving.models import LoadedVersion, ModelRegistry, Signature
 from serving.status import Code, RequestError, from_exception, invalid
@@ -22,15 +32,21 @@ class Predictor:
     """Args:
       registry: the served models; limits: validation.Limits;
       scheduler: a BatchScheduler when batching is on, else None;
-      metrics: Metrics, told of every model run's rows.
+      metrics: Metrics, told of every model run's rows;
+      watchdog: stops unbatched runs whose request is gone (None: they run to their end);
+      max_decode_work: rows x beam x steps a request may ask for (0: derived per version,
+        module docstring).
     """
 
     def __init__(self, registry: ModelRegistry, limits: validation.Limits,
-                 scheduler: BatchScheduler | None = None, metrics: Metrics | None = None):
+                 scheduler: BatchScheduler | None = None, metrics: Metrics | None = None,
+                 watchdog: Watchdog | None = None, max_decode_work: int = 0):
         self.registry = registry
         self.limits = limits
         self.scheduler = scheduler
         self.metrics = metrics
+        self.watchdog = watchdog
+        self.max_decode_work = max_decode_work
 
     def resolve(self, name: str, version: int | None = None,
                 label: str | None = None) -> LoadedVersion:
@@ -63,7 +79,34 @@ class Predictor:
             arrays[key], sizes[key] = convert(key, values[key], spec, self.limits, sig.batchable)
         validation.check_request(sig.inputs, arrays, sizes, self.limits, sig.batchable,
                                  loaded.input_limits.get(sig.name))
+        self.check_work(loaded, sig, arrays)
         return arrays
+
+    def work_budget(self, loaded: LoadedVersion) -> int | None:
+        """rows x beam x steps one request may ask of `loaded` (None: not a decoding model)."""
+        if self.max_decode_work:
+            return self.max_decode_work
+        d = loaded.decode_defaults
+        if not d:
+            return None
+        return self.limits.max_batch_rows * d["beam_size"] * d["max_decode_steps"]
+
+    def check_work(self, loaded: LoadedVersion, sig: Signature, arrays: dict) -> None:
+        """Refuses a request whose rows x beam x steps is over the budget (before it runs)."""
+        budget = self.work_budget(loaded)
+        if budget is None or "articles" not in arrays:
+            return
+        d = loaded.decode_defaults
+        rows = int(arrays["articles"].shape[0]) if arrays["articles"].ndim else 1
+        beam = int(arrays["beam_size"]) if "beam_size" in arrays else d.get("beam_size", 1)
+        steps = (int(arrays["max_decode_steps"]) if "max_decode_steps" in arrays
+                 else d.get("max_decode_steps", 1))
+        work = rows * beam * steps
+        if work > budget:
+            raise invalid(
+                f"request asks for {rows} rows x beam {beam} x {steps} steps = {work:,} decoding "
+                f"steps, over the server's --max_decode_work of {budget:,} (rows x beam_size x "
+                f"max_decode_steps); send fewer rows, a smaller beam or fewer steps")
 
     def inputs_from_protos(self, loaded, sig: Signature, protos: dict) -> dict:
         """{name: TensorProto} -> {name: numpy}, every size checked before it is built."""
@@ -83,17 +126,23 @@ class Predictor:
             self.metrics.observe_batch(loaded.name, loaded.version, sig.name, rows)
 
     def predict(self, loaded: LoadedVersion, sig: Signature, inputs: dict,
-                deadline: float | None = None) -> dict:
-        """Runs checked inputs; `deadline` is a time.monotonic() by which the answer is due.
-        Raises RequestError (any exception of the run is mapped to its status)."""
-        if deadline is not None and time.monotonic() >= deadline:
-            raise RequestError(Code.DEADLINE_EXCEEDED, "deadline exceeded before the request ran")
+                call: Call | None = None) -> dict:
+        """Runs checked inputs; `call` holds the request's deadline and cancellation, and the
+        run stops once it is gone. Raises RequestError (any exception of the run is mapped to
+        its status)."""
+        call = call or Call()
+        if call.gone(time.monotonic()):
+            raise call.error() if call.cancelled else RequestError(
+                Code.DEADLINE_EXCEEDED, "deadline exceeded before the request ran")
         rows = int(next(iter(inputs.values())).shape[0]) if sig.batchable and inputs else 0
         try:
             if self.scheduler is not None and sig.batchable and rows > 0:
                 run = _BoundRun(self, loaded, sig)
-                return self.scheduler.submit((loaded, sig.name), run, inputs, deadline)
-            out = self._run(loaded, sig, inputs)
+                return self.scheduler.submit((loaded, sig.name), run, inputs, call)
+            if self.watchdog is None:
+                out = self._run(loaded, sig, inputs)
+            else:
+                out = self.watchdog.run(lambda: self._run(loaded, sig, inputs), [call])
             self._observe(loaded, sig, max(rows, 1))
             return out
         except Exception as e:  # noqa: BLE001  (every failure becomes a proper status)
@@ -104,11 +153,6 @@ class Predictor:
         loaded, sig_name = key
         if self.metrics is not None:
             self.metrics.observe_batch(loaded.name, loaded.version, sig_name, rows)
-
-    def retire(self, loaded: LoadedVersion) -> None:
-        """A version stopped serving: drop its batching queues once they drain."""
-        if self.scheduler is not None:
-            self.scheduler.retire(loaded)
 
 
 class _BoundRun:

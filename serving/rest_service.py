@@ -11,8 +11,15 @@ waitress does the HTTP: its channels are read and parsed on one asynchronous I/O
 or slow connections hold no thread; at most `connection_limit` connections are open, each idle
 one is closed after `channel_timeout`; a body over `max_request_body_size` (by Content-Length,
 or as it arrives when chunked) is answered 413 without being read; a malformed request line,
-header or Content-Length (negative, not a number) is answered 400. Only complete requests reach
-this application, on a bounded pool of `threads`.
+header or Content-Length (negative, not a number) is answered 400, and so is a request with
+both Content-Length and Transfer-Encoding (`_StrictParser`), after which the connection is
+closed (RFC 9112 section 6.1: such a request may be smuggling a second one in its body). Only
+complete requests reach this application, on a bounded pool of `threads`.
+
+A body's JSON values are counted before it is parsed (`json_value_bound`): Python's parser
+builds an object for each of them (an empty `{}` costs 64 bytes, 20 times its text), so a body
+under the byte cap could still cost gigabytes. A body of more than `--rest_api_max_json_values`
+values is refused at once with 400, its parse memory bounded by that count.
 
 Errors are `{"error": "..."}` with TF Serving's HTTP status for the gRPC code (serving.status).
 The version a request names is resolved once, so a swap in between cannot answer 404.
@@ -22,12 +29,17 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 
 import numpy as np
 from google.protobuf import json_format
+from waitress.channel import HTTPChannel
+from waitress.parser import HTTPRequestParser, ParsingError
+from waitress.server import create_server
 
 from serving import explain
+from serving.cancel import Call
 from serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from serving.metrics import Metrics
 from serving.models import ModelRegistry
@@ -61,6 +73,18 @@ class _Route:
         self.name, self.version, self.label, self.tail, self.verb = name, version, label, tail, verb
 
 
+# A JSON string: quotes around anything but a quote or a backslash, or an escaped character.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def json_value_bound(raw: bytes) -> int:
+    """At least the number of JSON values and object keys in `raw` (valid JSON or not): each
+    but the first follows a comma, a colon or an opening bracket outside strings. Runs in C over
+    the bytes (a regular expression and bytes.count), whatever their nesting."""
+    bare = _JSON_STRING.sub(b'""', raw)
+    return 1 + sum(bare.count(c) for c in (b",", b":", b"[", b"{"))
+
+
 def parse_model_path(path: str) -> _Route:
     """'/v1/models/NAME[/versions/V|/labels/L][/metadata][:verb]' -> _Route; RequestError."""
     rest = path[len("/v1/models/"):]
@@ -89,11 +113,14 @@ class RestApp:
       predictor, registry, metrics: the server's parts; metrics_path: where the Prometheus
       text is served (None: not served); timeout_s: each request's deadline
       (--rest_api_timeout_in_ms); explain_page: whether GET .../explain serves the
-      explanation page (serving.explain).
+      explanation page (serving.explain); max_json_values: the JSON values a body may hold
+      (--rest_api_max_json_values; 0: no limit).
     """
 
     def __init__(self, predictor: Predictor, registry: ModelRegistry, metrics: Metrics | None,
-                 metrics_path: str | None, timeout_s: float | None, explain_page: bool = True):
+                 metrics_path: str | None, timeout_s: float | None, explain_page: bool = True,
+                 max_json_values: int = 2**20):
+        self.max_json_values = max_json_values
         self.predictor = predictor
         self.registry = registry
         self.metrics = metrics
@@ -201,6 +228,10 @@ class RestApp:
         raw = environ["wsgi.input"].read(length) if length > 0 else b""
         if len(raw) != length:
             raise invalid("the request body ended early")
+        if self.max_json_values and json_value_bound(raw) > self.max_json_values:
+            raise invalid(f"the request body holds more than the server's "
+                          f"--rest_api_max_json_values={self.max_json_values} JSON values; send "
+                          "fewer or larger values, or use gRPC")
         try:
             body = json.loads(raw.decode("utf-8"))
         except ValueError as e:  # not UTF-8, not JSON, or an integer of over 4,300 digits
@@ -253,7 +284,7 @@ class RestApp:
             else:
                 raise invalid("'inputs' must name each input of this signature")
         inputs = self.predictor.inputs_from_json(loaded, sig, values)
-        outputs = self.predictor.predict(loaded, sig, inputs, deadline)
+        outputs = self.predictor.predict(loaded, sig, inputs, Call(deadline))
         if "instances" in body:
             out_names = list(outputs)
             n = len(next(iter(outputs.values()))) if outputs else 0
@@ -266,13 +297,28 @@ class RestApp:
         return {"outputs": outs if len(outs) > 1 else next(iter(outs.values()))}
 
 
+class _StrictParser(HTTPRequestParser):
+    """waitress' request parser, refusing a request that has both Content-Length and
+    Transfer-Encoding (waitress would follow Transfer-Encoding and keep the connection open)."""
+
+    def parse_header(self, header_plus):
+        super().parse_header(header_plus)
+        if self.chunked and "CONTENT_LENGTH" in self.headers:
+            # a 400; waitress closes the connection after an error response, dropping whatever
+            # was read after this request's headers
+            raise ParsingError("a request must not have both Content-Length and "
+                               "Transfer-Encoding")
+
+
+class _StrictChannel(HTTPChannel):
+    parser_class = _StrictParser
+
+
 def make_server(app: RestApp, host: str, port: int, threads: int, connection_limit: int,
                 channel_timeout_s: float, max_body_bytes: int, socket_map: dict):
     """A waitress server for `app` (not started: call .run() on a thread). Its I/O loop runs
     while `socket_map` holds channels: `waitress.wasyncore.close_all(socket_map)` ends it."""
-    from waitress.server import create_server
-
-    return create_server(
+    server = create_server(
         app, map=socket_map, host=host, port=port, threads=threads,
         connection_limit=connection_limit,
         channel_timeout=max(1, round(channel_timeout_s)),
@@ -280,3 +326,5 @@ def make_server(app: RestApp, host: str, port: int, threads: int, connection_lim
         max_request_body_size=max_body_bytes + 1,  # waitress refuses at >= the limit
         max_request_header_size=64 * 1024, asyncore_use_poll=True,  # poll: no 1,024-fd limit
         backlog=2048, expose_tracebacks=False, ident="pgn_tf-serving")
+    server.channel_class = _StrictChannel
+    return server

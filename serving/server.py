@@ -29,6 +29,7 @@ from tensorflow_serving.config import model_server_config_pb2
 
 from serving import grpc_service, rest_service, validation, warmup
 from serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
+from serving.cancel import Watchdog
 from serving.metrics import Metrics, parse_monitoring_config
 from serving.models import LoadedVersion, ModelRegistry, ModelSpec, ServedModel
 from serving.predict import Predictor
@@ -46,6 +47,8 @@ class ServerOptions:
     poll_seconds: float = 1.0  # --file_system_poll_wait_seconds
     max_request_bytes: int = 10 * 2**20  # --max_request_bytes
     max_batch_rows: int = 256  # --max_batch_rows
+    max_decode_work: int = 0  # --max_decode_work (0: max_batch_rows x the export's beam x steps)
+    max_json_values: int = 2**20  # --rest_api_max_json_values
     grpc_max_threads: int = 32  # --grpc_max_threads
     grpc_max_concurrent_rpcs: int = 128  # --grpc_max_concurrent_rpcs
     rest_api_num_threads: int = 8  # --rest_api_num_threads
@@ -66,6 +69,9 @@ class ServerOptions:
                      "rest_api_max_connections", "warmup_iterations"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive")
+        for name in ("max_decode_work", "max_json_values"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"--{name} must not be negative")
         if self.grpc_max_concurrent_rpcs < self.grpc_max_threads:
             raise ValueError("--grpc_max_concurrent_rpcs must be at least --grpc_max_threads")
         if self.rest_port not in (None, 0, "auto") and (
@@ -144,19 +150,20 @@ class Server:
         opts = dataclasses.replace(options or ServerOptions(), **overrides).validate()
         self.options = opts
         self.metrics = Metrics()
+        self.watchdog = Watchdog()
         self.scheduler = None
         if opts.batching is not None:
-            self.scheduler = BatchScheduler(opts.batching)
+            self.scheduler = BatchScheduler(opts.batching, watchdog=self.watchdog)
         limits = validation.Limits(opts.max_request_bytes, opts.max_batch_rows)
         self.registry = ModelRegistry({}, opts.poll_seconds)
-        self.predictor = Predictor(self.registry, limits, self.scheduler, self.metrics)
+        self.predictor = Predictor(self.registry, limits, self.scheduler, self.metrics,
+                                   self.watchdog, opts.max_decode_work)
         if self.scheduler is not None:
             self.scheduler.on_batch = self.predictor.on_batch
         for name, spec in models.items():
             spec = as_model_spec(spec)
             self.registry.models[name] = ServedModel(
-                name, spec, load=self._load, on_unload=self.predictor.retire,
-                load_retry_interval_s=opts.load_retry_interval_s,
+                name, spec, load=self._load, load_retry_interval_s=opts.load_retry_interval_s,
                 max_load_retries=opts.max_load_retries)
         self.grpc = None
         self.http = None
@@ -174,12 +181,8 @@ class Server:
         """Loads a version and replays its warm-up requests before it may serve."""
         loaded = LoadedVersion(name, version, path)
         if self.options.enable_warmup:
-            try:
-                requests = warmup.read_requests(path)
-                n = warmup.replay(self.predictor, loaded, requests, self.options.warmup_iterations)
-            except Exception:
-                self.predictor.retire(loaded)
-                raise
+            requests = warmup.read_requests(path)
+            n = warmup.replay(self.predictor, loaded, requests, self.options.warmup_iterations)
             if n:
                 log.info("model %s version %d: replayed %d warm-up requests", name, version, n)
         return loaded
@@ -204,7 +207,8 @@ class Server:
     def _start_rest(self, opts: ServerOptions) -> None:
         app = rest_service.RestApp(self.predictor, self.registry, self.metrics,
                                    opts.metrics_path, opts.rest_api_timeout_s,
-                                   explain_page=opts.explain_page)
+                                   explain_page=opts.explain_page,
+                                   max_json_values=opts.max_json_values)
         self._http_map: dict = {}
         self.http = rest_service.make_server(
             app, opts.host, 0 if opts.rest_port == "auto" else opts.rest_port,
@@ -228,6 +232,7 @@ class Server:
         if self.scheduler is not None:
             self.scheduler.close()
         self.registry.stop()
+        self.watchdog.close()
 
 
 def _flag_bool(text: str) -> bool:
@@ -289,6 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bytes of a request's input tensors at most (REST bodies: twice that)")
     p.add_argument("--max_batch_rows", type=int, default=d.max_batch_rows,
                    help="rows (dimension 0) of a request's inputs at most")
+    p.add_argument("--max_decode_work", type=int, default=d.max_decode_work,
+                   help="rows x beam_size x max_decode_steps one request may ask for (default "
+                        "0: --max_batch_rows x the export's beam size x its max decoding steps)")
+    p.add_argument("--rest_api_max_json_values", type=int, default=d.max_json_values,
+                   help="JSON values (numbers, strings, lists, objects, keys) in one REST body "
+                        "at most; counted before the body is parsed")
     p.add_argument("--no_explain_page", action="store_true",
                    help="do not serve the explanation page, GET /v1/models/NAME/explain on the "
                         "REST port (summary tokens coloured by p_gen, attention on hover)")
@@ -322,7 +333,8 @@ def options_from_args(args) -> tuple[dict, ServerOptions]:
     opts = ServerOptions(
         host=args.host, port=args.port, rest_port=args.rest_api_port,
         poll_seconds=args.file_system_poll_wait_seconds, max_request_bytes=args.max_request_bytes,
-        max_batch_rows=args.max_batch_rows, grpc_max_threads=args.grpc_max_threads,
+        max_batch_rows=args.max_batch_rows, max_decode_work=args.max_decode_work,
+        max_json_values=args.rest_api_max_json_values, grpc_max_threads=args.grpc_max_threads,
         grpc_max_concurrent_rpcs=args.grpc_max_concurrent_rpcs,
         rest_api_num_threads=args.rest_api_num_threads,
         rest_api_timeout_s=args.rest_api_timeout_in_ms / 1000 or None,

@@ -31,7 +31,8 @@ HTTP_STATUS = {
     Code.UNKNOWN: 500,
 }
 
-MAX_MESSAGE_CHARS = 500
+MAX_MESSAGE_CHARS = 500  # gRPC sends the message as metadata (8 KiB by default, headers too)
+MAX_ECHO_CHARS = 80  # of one piece of client input quoted back in a message
 
 # An absolute POSIX path of two or more components, or a URI with a scheme TF reads from.
 _PATH = re.compile(r"(?:\b[a-z][a-z0-9+.-]*://|(?<![\w.])/)[^\s'\"\]\[,;:()]*/[^\s'\"\]\[,;:()]*")
@@ -46,6 +47,7 @@ class RequestError(Exception):
     """
 
     def __init__(self, code: grpc.StatusCode, message: str):
+        message = _cap(str(message), MAX_MESSAGE_CHARS)  # whatever a caller put in, bounded
         super().__init__(message)
         self.code = code
         self.message = message
@@ -53,6 +55,20 @@ class RequestError(Exception):
     @property
     def http_status(self) -> int:
         return HTTP_STATUS.get(self.code, 500)
+
+
+def _cap(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def echo(value) -> str:
+    """Client input quoted in an error message, cut to MAX_ECHO_CHARS: a 100,000-character
+    version label or a 4,000-digit number must not come back whole (over gRPC it would overflow
+    the status metadata and turn NOT_FOUND into RESOURCE_EXHAUSTED)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= MAX_ECHO_CHARS:
+        return text
+    return f"{text[: MAX_ECHO_CHARS - 3]}... ({len(text)} characters)"
 
 
 def invalid(message: str) -> RequestError:
@@ -66,8 +82,7 @@ def not_found(message: str) -> RequestError:
 def redact(message: str) -> str:
     """The first line of `message`, paths replaced by <path>, at most MAX_MESSAGE_CHARS."""
     line = next((s.strip() for s in str(message).splitlines() if s.strip()), "")
-    line = _PATH.sub("<path>", line)
-    return line if len(line) <= MAX_MESSAGE_CHARS else line[: MAX_MESSAGE_CHARS - 3] + "..."
+    return _cap(_PATH.sub("<path>", line), MAX_MESSAGE_CHARS)
 
 
 def tf_message(e: tf.errors.OpError) -> str:

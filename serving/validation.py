@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
-from serving.status import invalid
+from serving.status import echo, invalid
 
 MAX_RANK = 16
 
@@ -176,10 +176,10 @@ def _json_leaf(key: str, x, dtype: tf.DType):
     if dtype.is_integer:
         if isinstance(x, float):
             if not x.is_integer():
-                raise invalid(f"input '{key}' is {dtype.name}: {x} is not an integer")
+                raise invalid(f"input '{key}' is {dtype.name}: {echo(x)} is not an integer")
             x = int(x)
         if not dtype.min <= x <= dtype.max:
-            raise invalid(f"input '{key}' is {dtype.name}: {x} is out of its range")
+            raise invalid(f"input '{key}' is {dtype.name}: {echo(x)} is out of its range")
         return x
     if dtype.is_floating:
         try:
@@ -244,4 +244,4 @@ def check_request(key_specs: dict, arrays: dict, sizes: dict, limits: Limits, ba
         if arr is not None and arr.size == 1:
             v = arr.reshape(()).item()
             if not low <= v <= high:
-                raise invalid(f"{name} must be between {low} and {high}, got {v}")
+                raise invalid(f"{name} must be between {low} and {high}, got {echo(v)}")

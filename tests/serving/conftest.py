@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from tests.serving.helpers import METRICS_PATH, write_tiny_model
+from tests.serving.helpers import METRICS_PATH, write_spin_model, write_tiny_model
 
 
 @pytest.fixture(scope="module")
@@ -30,3 +30,9 @@ def tiny_model(tmp_path_factory):
 def heavy_tiny_model(tmp_path_factory):
     """The tiny model with a 16 MB weight."""
     return write_tiny_model(str(tmp_path_factory.mktemp("heavy") / "model"), payload_mb=16)
+
+
+@pytest.fixture(scope="session")
+def spin_model(tmp_path_factory):
+    """A SavedModel whose run lasts as many loop steps as its `steps` input asks."""
+    return write_spin_model(str(tmp_path_factory.mktemp("spin") / "model"))

@@ -5,6 +5,7 @@ import json
 import os
 import shutil
 import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -112,3 +113,34 @@ def raw_http(port, data: bytes, timeout=10.0, shutdown=False) -> int | None:
 
 def summaries(resp) -> list:
     return [s.decode() for s in np.atleast_1d(tf.make_ndarray(resp.outputs["summaries"]))]
+
+
+class SpinModel(tf.Module):
+    """A real SavedModel whose run takes as long as asked: `steps` iterations of a
+    tf.while_loop (the longest of the batch's rows), as a beam search's loop would. 2**31 - 1
+    steps run for hours unless the server stops the run."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="articles"),
+                                  tf.TensorSpec([None], tf.int32, name="steps")])
+    def serve(self, articles, steps):
+        def body(i, x):
+            return i + 1, tf.tanh(tf.matmul(x, x) * 0.5)
+
+        _, x = tf.while_loop(lambda i, x: i < tf.reduce_max(steps), body,
+                             [tf.constant(0), tf.eye(16)])
+        return {"summaries": articles,
+                "scores": tf.fill(tf.shape(articles), tf.reduce_sum(x))}
+
+
+def write_spin_model(path: str) -> str:
+    m = SpinModel()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    return path
+
+
+def wait_until(predicate, seconds=30.0):
+    """Polls predicate() until it is true or `seconds` pass; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while not predicate() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return predicate()

@@ -1,14 +1,18 @@
 """serving.batching: TF Serving's batching parameters, every field honoured or refused."""
 
+import gc
 import os
 import threading
 import time
+import weakref
 
 import numpy as np
 import pytest
 
 from serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
+from serving.cancel import Call
 from serving.status import Code, RequestError
+from tests.serving.helpers import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -22,11 +26,13 @@ class Recorder:
 
     def __init__(self, delay=0.0, gate=None):
         self.batches = []
-        self.delay = delay
+        self.delay = delay  # the model's run time
         self.gate = gate
+        self.entered = threading.Event()  # a batch reached the model
         self.lock = threading.Lock()
 
     def __call__(self, inputs):
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
         time.sleep(self.delay)
@@ -155,15 +161,14 @@ def test_full_queue_refuses_with_resource_exhausted_and_expired_work_is_dropped(
     try:
         first = threading.Thread(target=lambda: s.submit("k", run, rows("first")))
         first.start()
-        deadline = time.monotonic() + 5
-        while not s._queues["k"].rows == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)  # the first request left the queue for the (blocked) batch thread
+        assert run.entered.wait(10)  # the (only) batch thread is busy with "first"
         expired = concurrently([lambda: s.submit("k", run, rows("late"),
-                                                 deadline=time.monotonic() + 0.2)])[0]
+                                                 Call(deadline=time.monotonic() + 0.2))])[0]
         assert isinstance(expired, RequestError) and expired.code == Code.DEADLINE_EXCEEDED
+        assert s.queue_count() == 0  # the expired request left; its queue left with it
         queued = threading.Thread(target=lambda: s.submit("k", run, rows("queued")))
         queued.start()
-        time.sleep(0.1)
+        assert wait_until(lambda: s.queue_count() == 1)
         with pytest.raises(RequestError) as e:
             s.submit("k", run, rows("over"))
         assert e.value.code == Code.RESOURCE_EXHAUSTED
@@ -176,17 +181,48 @@ def test_full_queue_refuses_with_resource_exhausted_and_expired_work_is_dropped(
     assert run.batches == [["first"], ["queued"]]  # "late" expired and never ran
 
 
-def test_retired_queues_drain_then_disappear_with_a_fixed_thread_pool():
+def test_a_cancelled_request_leaves_its_queue_at_once():
+    gate = threading.Event()
+    run = Recorder(gate=gate)
+    s = BatchScheduler(BatchingParameters(max_batch_size=1, batch_timeout_micros=0,
+                                          num_batch_threads=1))
+    call, result = Call(), []
+    try:
+        first = threading.Thread(target=lambda: s.submit("k", run, rows("first")))
+        first.start()
+        assert run.entered.wait(10)
+        waiting = threading.Thread(target=lambda: result.extend(
+            concurrently([lambda: s.submit("k", run, rows("gone"), call)])))
+        waiting.start()
+        assert wait_until(lambda: s.queue_count() == 1)
+        call.cancel()  # the client hung up
+        waiting.join(10)
+        assert isinstance(result[0], RequestError) and result[0].code == Code.CANCELLED
+        assert s.queue_count() == 0
+        gate.set()
+        first.join(10)
+    finally:
+        gate.set()
+        s.close()
+    assert run.batches == [["first"]]
+
+
+def test_queues_live_only_while_they_hold_requests_with_a_fixed_thread_pool():
+    """A queue's run function holds its model version: a queue left behind keeps the version."""
     s = BatchScheduler(BatchingParameters(max_batch_size=4, batch_timeout_micros=0,
                                           num_batch_threads=2))
     threads = threading.active_count()
+    refs = []
     try:
         for version in range(20):
-            owner = object()
-            assert s.submit((owner, "sig"), Recorder(), rows(version))["out"].tolist() == \
+            owner = Recorder()
+            refs.append(weakref.ref(owner))
+            assert s.submit((owner, "sig"), owner, rows(version))["out"].tolist() == \
                 [str(version).encode()]
-            s.retire(owner)
+            del owner
         assert s.queue_count() == 0
         assert threading.active_count() == threads
+        gc.collect()
+        assert wait_until(lambda: sum(r() is not None for r in refs) == 0)
     finally:
         s.close()

@@ -11,7 +11,15 @@ import pytest
 
 from serving.batching import BatchingParameters
 from serving.server import Server
-from tests.serving.helpers import add_version, raw_http, request, rest, stub, summaries
+from tests.serving.helpers import (
+    add_version,
+    raw_http,
+    request,
+    rest,
+    stub,
+    summaries,
+    wait_until,
+)
 
 
 @pytest.fixture
@@ -35,7 +43,7 @@ def test_grpc_over_maximum_concurrent_rpcs_is_resource_exhausted(base):
         t = threading.Thread(target=lambda: first.setdefault(
             "r", stub(srv).Predict(request({"articles": ["a"]}, name="m"), timeout=30)))
         t.start()
-        time.sleep(0.5)
+        assert wait_until(lambda: srv.scheduler.queue_count() == 1)  # "a" holds the only slot
         with pytest.raises(grpc.RpcError) as e:
             stub(srv).Predict(request({"articles": ["b"]}, name="m"), timeout=30)
         assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -55,8 +63,11 @@ def test_expired_requests_are_dropped_not_run(base):
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         code, body = rest(srv.rest_port, "/v1/models/m:predict", {"instances": ["b"]})
         assert code == 504 and "deadline exceeded" in body["error"]
-        time.sleep(1.2)  # past the batch timeout: the expired requests would have run by now
-        assert batch_runs(srv) == 0
+        assert srv.scheduler.queue_count() == 0  # both left their queue when they expired
+        # a request after them runs alone: the expired ones never ran
+        assert summaries(stub(srv).Predict(request({"articles": ["c"]}, name="m"),
+                                           timeout=30)) == ["c"]
+        assert batch_runs(srv) == 1
     finally:
         srv.stop()
 

@@ -21,7 +21,14 @@ from tensorflow_serving.apis import (
 from serving.batching import BatchingParameters
 from serving.models import LoadedVersion, ModelSpec, ServedModel
 from serving.server import Server
-from tests.serving.helpers import add_version, request, rest, stub, summaries
+from tests.serving.helpers import (
+    add_version,
+    request,
+    rest,
+    stub,
+    summaries,
+    wait_until,
+)
 
 
 def rss_mb() -> float:
@@ -71,8 +78,8 @@ def test_twenty_swaps_under_load_keep_memory_and_threads_flat(heavy_tiny_model, 
             assert srv.registry.models["m"].loaded_versions() == [version]
             shutil.rmtree(os.path.join(base, str(version - 1)))
             if version in (6, 21):
-                time.sleep(0.3)  # let requests in flight on the old version finish
-                gc.collect()
+                # requests in flight on the old version finish, then nothing holds it
+                assert wait_until(lambda: gc.collect() is not None and refs[-1]() is None)
                 marks[version] = (rss_mb(), threading.active_count(),
                                   srv.scheduler.queue_count())
     finally:
@@ -90,6 +97,97 @@ def test_twenty_swaps_under_load_keep_memory_and_threads_flat(heavy_tiny_model, 
     assert rss21 - rss6 < 3 * 16, (rss6, rss21)  # 15 swaps; a leak would add 240 MB
     gc.collect()
     assert sum(r() is not None for r in refs) == 0  # every replaced version was freed
+
+
+def _batched_server(base):
+    # a 2 s batch timeout: a lone request waits in its queue that long unless it expires
+    return Server({"m": base}, poll_seconds=0, batching=BatchingParameters(
+        max_batch_size=8, batch_timeout_micros=2_000_000, num_batch_threads=1))
+
+
+def test_a_version_unloaded_between_resolve_and_batching_is_still_freed(tiny_model, tmp_path):
+    """The request resolved version 1, then version 1 was unloaded, then the request reached
+    the batcher: its queue must not outlive it (holding version 1 for good)."""
+    base = str(tmp_path / "m")
+    add_version(base, 1, tiny_model)
+    srv = _batched_server(base)
+    try:
+        loaded = srv.predictor.resolve("m")
+        sig = srv.predictor.signature(loaded, "serving_default")
+        add_version(base, 2, tiny_model)
+        srv.registry.poll_all()
+        assert srv.registry.models["m"].loaded_versions() == [2]
+        inputs = srv.predictor.inputs_from_json(loaded, sig, {"articles": ["a"]})
+        assert srv.predictor.predict(loaded, sig, inputs)["summaries"].tolist() == [b"a"]
+        ref = weakref.ref(loaded)
+        del loaded, sig, inputs
+        assert srv.scheduler.queue_count() == 0
+        gc.collect()
+        assert ref() is None
+    finally:
+        srv.stop()
+
+
+def test_a_request_expiring_in_an_unloaded_versions_queue_frees_the_version(tiny_model,
+                                                                            tmp_path):
+    base = str(tmp_path / "m")
+    add_version(base, 1, tiny_model)
+    srv = _batched_server(base)
+    try:
+        ref = weakref.ref(srv.registry.models["m"].get(1))
+        failed = []
+
+        def waiting_request():
+            try:
+                stub(srv).Predict(request({"articles": ["a"]}, name="m"), timeout=0.5)
+            except grpc.RpcError as e:
+                failed.append(e.code())
+
+        t = threading.Thread(target=waiting_request)
+        t.start()
+        assert wait_until(lambda: srv.scheduler.queue_count() == 1)  # it waits in the queue
+        add_version(base, 2, tiny_model)
+        srv.registry.poll_all()  # version 1 is unloaded while its request waits
+        t.join(30)
+        assert failed == [grpc.StatusCode.DEADLINE_EXCEEDED]
+        # the server's side of the deadline may end a moment after the client's
+        assert wait_until(lambda: srv.scheduler.queue_count() == 0)
+        assert wait_until(lambda: gc.collect() is not None and ref() is None)
+        assert summaries(stub(srv).Predict(request({"articles": ["b"]}, name="m"),
+                                           timeout=30)) == ["b"]
+    finally:
+        srv.stop()
+
+
+def test_version_dirs_leading_out_of_the_base_path_are_refused_and_never_walked(
+        tiny_model, tmp_path, caplog, monkeypatch):
+    base = str(tmp_path / "m")
+    add_version(base, 1, tiny_model)
+    elsewhere = add_version(str(tmp_path / "other"), 1, tiny_model)
+    os.symlink(elsewhere, os.path.join(base, "25"))  # a loadable model outside the base
+    big = tmp_path / "tree"
+    for i in range(50):
+        (big / f"d{i}").mkdir(parents=True)
+        (big / f"d{i}" / "f").write_text("x")
+    os.symlink(big, os.path.join(base, "99"))  # a tree that is no model at all
+    os.makedirs(os.path.join(base, "7"))
+    os.symlink(os.path.join(elsewhere, "saved_model.pb"), os.path.join(base, "7", "saved_model.pb"))
+    inside = os.path.join(base, ".staging")
+    shutil.copytree(tiny_model, inside)
+    os.symlink(inside, os.path.join(base, "3"))  # a link that stays inside is served
+    walked = []
+    real_walk = os.walk
+    monkeypatch.setattr(os, "walk", lambda top, *a, **k: walked.append(top) or real_walk(
+        top, *a, **k))
+    model = ServedModel("m", ModelSpec(base, "all"))
+    with caplog.at_level("WARNING", logger="serving"):
+        for _ in range(3):
+            model.poll()
+    assert model.loaded_versions() == [1, 3]
+    assert [v for v, _, _ in model.status()] == [1, 3]  # 7, 25 and 99 never even tried
+    assert not any(os.path.realpath(w).startswith((str(big), elsewhere)) for w in walked)
+    warnings = [r.getMessage() for r in caplog.records if "leads out of" in r.getMessage()]
+    assert len(warnings) == 3 and all(str(tmp_path) not in w for w in warnings)  # once each
 
 
 def test_only_canonical_ascii_version_dirs_are_versions(tiny_model, tmp_path):
@@ -190,9 +288,9 @@ def test_retries_stop_after_max_then_a_file_change_retries(tiny_model, tmp_path)
     with open(os.path.join(broken, "saved_model.pb"), "wb") as f:
         f.write(b"half a model")
     model = ServedModel("m", ModelSpec(base), load_retry_interval_s=0.01, max_load_retries=1)
+    assert wait_until(lambda: model.poll() is None and model._failed[1].attempts == 2)
     for _ in range(5):
-        model.poll()
-        time.sleep(0.03)
+        model.poll()  # retries spent: no more attempts, however often it polls
     assert model._failed[1].attempts == 2 and model._failed[1].retry_at == float("inf")
     shutil.rmtree(broken)
     shutil.copytree(tiny_model, broken)
