@@ -10,6 +10,9 @@ Series, per model and version (names as TF Serving's, with `:` for `/`):
   :tensorflow:serving:request_latency_seconds  histogram  model_name, version, api, protocol
   :tensorflow:serving:batch_size            histogram  model_name, version, signature
       (rows of each model run; with batching, the merged batch before padding)
+  :pgn_tf:serving:live_versions             gauge      (none)
+      (model versions alive in the process, loaded or still referenced: above the loaded
+      count only while requests finish on a version just unloaded; serving.models)
 
 `model_name` is only ever a served model's name (a request for an unknown model counts under
 ""), so clients cannot grow the number of series.
@@ -23,6 +26,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, te
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     disable_created_metrics,
     generate_latest,
@@ -81,8 +85,12 @@ def parse_monitoring_config(text: str) -> str | None:
 class Metrics:
     """The server's counters and histograms in one registry."""
 
-    def __init__(self):
+    def __init__(self, live_versions=None):
+        """live_versions: callable() -> the versions alive in the process (a gauge), or None."""
         self.registry = CollectorRegistry()
+        if live_versions is not None:
+            Gauge(":pgn_tf:serving:live_versions", "Model versions alive in the process",
+                  registry=self.registry).set_function(live_versions)
         self.requests = Counter(":tensorflow:serving:request_count", "Requests answered",
                                 ["model_name", "version", "api", "protocol", "status"],
                                 registry=self.registry)

@@ -88,8 +88,12 @@ class LoadedVersion:
         self.decode_defaults = read_decode_defaults(path)
 
     @staticmethod
-    def live() -> int:
-        """How many versions are alive in this process (loaded, or still referenced)."""
+    def live(collect: bool = False) -> int:
+        """How many versions are alive in this process (loaded, or still referenced).
+        collect: run the cycle collector first (a version's tf.function graphs hold reference
+        cycles, so an unreferenced one may wait for it)."""
+        if collect:
+            gc.collect()
         return len(LoadedVersion._live)
 
 

@@ -149,7 +149,7 @@ class Server:
     def __init__(self, models: dict, options: ServerOptions | None = None, **overrides):
         opts = dataclasses.replace(options or ServerOptions(), **overrides).validate()
         self.options = opts
-        self.metrics = Metrics()
+        self.metrics = Metrics(live_versions=self._live_versions)
         self.watchdog = Watchdog()
         self.scheduler = None
         if opts.batching is not None:
@@ -176,6 +176,13 @@ class Server:
         except BaseException:
             self.stop()
             raise
+
+    def _live_versions(self) -> int:
+        """Versions alive in the process; the cycle collector runs first only when more are
+        alive than loaded (a scrape then tells what is really kept)."""
+        loaded = sum(len(m.loaded_versions()) for m in self.registry.models.values())
+        live = LoadedVersion.live()
+        return live if live <= loaded else LoadedVersion.live(collect=True)
 
     def _load(self, name: str, version: int, path: str) -> LoadedVersion:
         """Loads a version and replays its warm-up requests before it may serve."""
