@@ -16,6 +16,18 @@ NOISE = ["absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard",
 if not quiet.has_nvidia_device():
     NOISE += ["Could not find cuda drivers", "failed call to cuInit"]
 
+# The state start() leaves, printed by a child process as one line.
+STATE = """
+import logging, os, sys
+import pgn_tf.summarize  # an entry point that imports TensorFlow only when it needs it
+from pgn_tf import quiet
+{after}
+print(os.environ.get("TF_CPP_MIN_LOG_LEVEL"), os.environ.get("PGN_TF_VERBOSE"),
+      any(isinstance(f, quiet._QuietTensorFlowImport) for f in sys.meta_path),
+      bool(logging.getLogger().filters))
+"""
+
+
 def run(args: list[str], stdin: str | None = None, **env) -> subprocess.CompletedProcess:
     """Runs python ARGS as a user would: no TF_CPP_MIN_LOG_LEVEL (conftest sets one), no
     PGN_TF_VERBOSE, unless given in env."""
@@ -27,6 +39,42 @@ def run(args: list[str], stdin: str | None = None, **env) -> subprocess.Complete
 
 def assert_no_noise(stderr: str) -> None:
     assert not [n for n in NOISE if n in stderr], stderr
+
+
+@pytest.mark.parametrize("module", ["pgn_tf.train", "serving.server"])
+def test_help_starts_quietly(module):
+    done = run(["-m", module, "--help"])
+    assert done.returncode == 0 and "--verbose" in done.stdout, done.stderr
+    assert_no_noise(done.stderr)
+    assert done.stderr == ""
+
+
+def test_summarize_on_an_export_prints_the_summary_and_its_count_only(exported, tmp_path):
+    """Loading the export used to log 'unsaved custom gradients' once per function."""
+    _, _, path = exported
+    articles = tmp_path / "articles.txt"
+    articles.write_text("zorblax , a pilot from quenton , sold 5512 boxes of apples .\n")
+    done = run(["-m", "pgn_tf.summarize", "--saved_model", path, "--input", str(articles),
+                "--output", "-"])
+    assert done.returncode == 0 and done.stdout.strip(), done.stderr
+    assert_no_noise(done.stderr)
+    assert done.stderr.startswith("[pgn_tf.summarize] 1 records") and \
+        done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("how", ["quiet", "--verbose", "PGN_TF_VERBOSE=1", "main --verbose",
+                                 "own TF_CPP_MIN_LOG_LEVEL"])
+def test_start_installs_its_filters_unless_verbose(how):
+    """Asserts on what start() installed, not on TensorFlow's lines (which vary by machine)."""
+    after = ("pgn_tf.summarize.build_parser().parse_args(['--verbose', 'text'])"
+             if how == "main --verbose" else "")
+    args = ["-c", STATE.format(after=after)] + (["--verbose"] if how == "--verbose" else [])
+    env = {"PGN_TF_VERBOSE=1": {"PGN_TF_VERBOSE": "1"},
+           "own TF_CPP_MIN_LOG_LEVEL": {"TF_CPP_MIN_LOG_LEVEL": "0"}}.get(how, {})
+    done = run(args, **env)
+    assert done.returncode == 0, done.stderr
+    expected = {"quiet": "1 None True True", "own TF_CPP_MIN_LOG_LEVEL": "0 None True True"}
+    assert done.stdout.split("\n")[0] == expected.get(how, "None 1 False False")
 
 
 def test_real_warnings_still_show():
