@@ -11,6 +11,7 @@ optimizer is left out), as OpenNMT-tf's `average_checkpoints` does; `evaluate`, 
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import os
 import shutil
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model_dir", required=True)
     p.add_argument("--last", type=int, default=5, help="how many of the latest checkpoints")
     p.add_argument("--output", required=True, help="the new model dir")
+    add_verbose_flag(p)
     return p
 
 

@@ -16,6 +16,7 @@ metrics.json to --output_dir (default <model_dir>/eval_<split name>).
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import json
 import os
@@ -332,6 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rouge_recall_bytes", type=int, metavar="N",
                    help="also report ROUGE recall of the summaries cut to N bytes (DUC: 75)")
     p.add_argument("--quiet", action="store_true")
+    add_verbose_flag(p)
     return p
 
 

@@ -24,6 +24,7 @@ then renamed into place, so a server polling BASE/NAME never sees half a model.
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import json
 import os
@@ -218,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--options_max_decode_steps", type=int,
                    help=f"summarize_options' max/min_decode_steps cap (default "
                         f"{DEFAULT_MAX_DECODE_STEPS}, or the export's max_dec_steps if larger)")
+    add_verbose_flag(p)
     return p
 
 

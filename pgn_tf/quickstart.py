@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import os
 import sys
@@ -62,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pgn_tf.quickstart", description=__doc__.splitlines()[0])
     p.add_argument("--workdir", default="runs/quickstart")
     p.add_argument("--set", action="append", default=[], help="config overrides for training")
+    add_verbose_flag(p)
     return run_cli("pgn_tf.quickstart", run, p.parse_args(argv))
 
 

@@ -12,6 +12,7 @@ replacement: the p-value is the share of resamples in which B's mean is not abov
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import gzip
 import json
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("b", help="decoded.jsonl of system B")
     p.add_argument("--metric", default="rougeLsum", choices=METRICS)
     p.add_argument("--samples", type=int, default=10_000)
+    add_verbose_flag(p)
     return p
 
 

@@ -26,6 +26,7 @@ running the same command again finishes the job.
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import gzip
 import json
@@ -355,6 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="best (default), latest, or a checkpoint path such as DIR/ckpt/ckpt-3000")
     p.add_argument("--explain", metavar="OUT.html|OUT.png")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE")
+    add_verbose_flag(p)
     return p
 
 

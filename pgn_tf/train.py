@@ -23,6 +23,7 @@ restarted, all of them resume from the last checkpoint, the data order continuin
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import contextlib
 import dataclasses
@@ -285,6 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpu_devices", type=int, default=1,
                    help="split the CPU into N logical devices (MirroredStrategy over them)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verbose_flag(p)
     return p
 
 

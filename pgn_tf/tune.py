@@ -15,6 +15,7 @@ value and writes them to <model_dir>/abs_plus.json.
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import json
 import os
@@ -105,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default="rougeLsum", choices=("rouge1", "rouge2", "rougeLsum"))
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_verbose_flag(p)
     return p
 
 

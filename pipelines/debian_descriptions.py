@@ -14,6 +14,7 @@ Writes --output (every pair, with its `group` and `split`) and, beside it, one f
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import bz2
 import collections
@@ -137,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="PATH.jsonl.gz")
     p.add_argument("--lists_dir", default=LISTS_DIR)
     p.add_argument("--validation_fraction", type=float, default=0.055)
+    add_verbose_flag(p)
     return p
 
 

@@ -23,6 +23,7 @@ Every count comes from Beam metrics, so the summary is the same on any runner.
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import gzip
 import hashlib
@@ -486,6 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no_lowercase", action="store_true")
     p.add_argument("--replace_digits", action="store_true")
     p.add_argument("--runner", default="DirectRunner")
+    add_verbose_flag(p)
     return p
 
 

@@ -40,6 +40,7 @@ Config (YAML; `--set section.key=value` overrides a scalar):
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import copy
 import functools
@@ -456,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bars (training, decoding for evaluate and bless)")
+    add_verbose_flag(p)
     return p
 
 

@@ -20,6 +20,7 @@ Counts (lines, records, bad lines, summaries) come from Beam metrics and are pri
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import gzip
 import json
@@ -209,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="articles per model call (default: the export's decode.batch_size)")
     p.add_argument("--num_shards", type=int, default=0, help="output shards (0: the runner's)")
     p.add_argument("--runner", default="DirectRunner")
+    add_verbose_flag(p)
     return p
 
 

@@ -9,6 +9,7 @@ tensorflow-serving-api stubs (gRPC) or TF Serving's REST API (--rest, --server h
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import json
 import sys
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", type=int)
     p.add_argument("--rest", action="store_true", help="use the REST API (server is host:rest_port)")
     p.add_argument("--timeout", type=float, default=60.0)
+    add_verbose_flag(p)
     args = p.parse_args(argv)
     text = sys.stdin.read() if args.text in (None, "-") else args.text
     fn = summarize_rest if args.rest else summarize

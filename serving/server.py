@@ -15,6 +15,7 @@ serving.rest_service, serving.metrics, serving.status (errors). Binds to 127.0.0
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import dataclasses
 import logging
@@ -310,6 +311,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no_explain_page", action="store_true",
                    help="do not serve the explanation page, GET /v1/models/NAME/explain on the "
                         "REST port (summary tokens coloured by p_gen, attention on hover)")
+    add_verbose_flag(p)
     return p
 
 

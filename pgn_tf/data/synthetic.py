@@ -11,6 +11,7 @@ pointer-generator copies.
 
 from __future__ import annotations
 
+from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
 import argparse
 import os
 import random
@@ -99,6 +100,7 @@ def main() -> None:
     p.add_argument("--num_train", type=int, default=6000)
     p.add_argument("--num_eval", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
+    add_verbose_flag(p)
     a = p.parse_args()
     paths = write_corpus(a.output_dir, a.num_train, a.num_eval, a.seed)
     print(f"wrote {a.num_train} train and {a.num_eval} validation examples: "
