@@ -8,10 +8,10 @@ COMMANDS = {
     "pgn-evaluate": "pgn_tf.evaluate:main",
     "pgn-summarize": "pgn_tf.summarize:main",
     "pgn-export": "pgn_tf.export:main",
-    "pgn-serve": "serving.server:main",
-    "pgn-pipeline": "pipelines.run:main",
-    "pgn-preprocess": "pipelines.preprocess:main",
-    "pgn-batch-summarize": "pipelines.summarize:main",
+    "pgn-serve": "pgn_tf.serving.server:main",
+    "pgn-pipeline": "pgn_tf.pipelines.run:main",
+    "pgn-preprocess": "pgn_tf.pipelines.preprocess:main",
+    "pgn-batch-summarize": "pgn_tf.pipelines.summarize:main",
     "pgn-average-checkpoints": "pgn_tf.average_checkpoints:main",
     "pgn-tune": "pgn_tf.tune:main",
     "pgn-quickstart": "pgn_tf.quickstart:main",
@@ -25,9 +25,12 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     license_files=["LICENSE"],
-    packages=find_packages(include=["pgn_tf", "pgn_tf.*", "pipelines", "pipelines.*",
-                                    "serving", "serving.*"]),
-    package_data={"serving": ["static/*.html", "*.config"], "pipelines": ["*.yaml"]},
+    # serving/ and pipelines/ stay top-level folders of the repository but install inside the
+    # project's namespace (pgn_tf.serving, pgn_tf.pipelines): no top-level package of a generic
+    # name that another distribution could also install.
+    packages=find_packages(include=["pgn_tf", "pgn_tf.*"]) + ["pgn_tf.serving", "pgn_tf.pipelines"],
+    package_dir={"pgn_tf.serving": "serving", "pgn_tf.pipelines": "pipelines"},
+    package_data={"pgn_tf.serving": ["static/*.html", "*.config"], "pgn_tf.pipelines": ["*.yaml"]},
     # TF 2.21 and tensorflow-text 2.21 publish wheels for CPython 3.10-3.13; CI runs 3.11.
     python_requires=">=3.10,<3.14",
     install_requires=[

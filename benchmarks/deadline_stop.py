@@ -26,8 +26,8 @@ import tensorflow as tf  # noqa: E402
 from tensorflow_serving.apis import prediction_service_pb2_grpc  # noqa: E402
 
 from benchmarks.common import articles_from, cpu_flags, emit, vector_flags  # noqa: E402
-from serving.client import make_request  # noqa: E402
-from serving.server import Server  # noqa: E402
+from pgn_tf.serving.client import make_request  # noqa: E402
+from pgn_tf.serving.server import Server  # noqa: E402
 
 
 def options_request(model: str, articles: list[str], beam: int, steps: int):

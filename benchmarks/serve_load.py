@@ -24,8 +24,8 @@ import grpc  # noqa: E402
 from tensorflow_serving.apis import prediction_service_pb2_grpc  # noqa: E402
 
 from benchmarks.common import articles_from, emit, percentiles  # noqa: E402
-from serving.client import make_request, summarize  # noqa: E402
-from serving.process import start_server, stop_server  # noqa: E402
+from pgn_tf.serving.client import make_request, summarize  # noqa: E402
+from pgn_tf.serving.process import start_server, stop_server  # noqa: E402
 
 
 def load(port: int, model: str, articles: list[str], concurrency: int, seconds: float) -> dict:

@@ -41,8 +41,8 @@ import tensorflow as tf  # noqa: E402
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # noqa: E402
 
 from benchmarks.common import articles_from, emit, percentiles, vector_flags  # noqa: E402
-from serving.client import make_request  # noqa: E402
-from serving.process import start_server, stop_server  # noqa: E402
+from pgn_tf.serving.client import make_request  # noqa: E402
+from pgn_tf.serving.process import start_server, stop_server  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -349,7 +349,8 @@ def main() -> None:
     base_rss = (after_first_swap or start)["vmrss_mb"]
     print(f"RSS after the first swap {base_rss} MB, at the end {final['vmrss_mb']} MB "
           f"({final['vmrss_mb'] / base_rss - 1:+.1%}); live versions after each push "
-          f"{live_seen}, at the end {live_end} (the policy keeps 1; read once the last push has loaded)")
+          f"{live_seen}, at the end {live_end} (the policy keeps 1; read once the last push has "
+          "loaded)")
     emit("soak", {
         "minutes": round(wall / 60, 2), "clients": a.clients,
         "batching": not a.no_batching, "versions_pushed": len(pushed) - 1,

@@ -45,8 +45,8 @@ def run(args) -> None:
     print(path)
 
     print("\n== 4. serving it and sending one gRPC request")
-    from serving.client import summarize
-    from serving.process import start_server, stop_server
+    from pgn_tf.serving.client import summarize
+    from pgn_tf.serving.process import start_server, stop_server
 
     proc, grpc_port, rest_port = start_server(os.path.join(base, "pgn"), "pgn")
     try:

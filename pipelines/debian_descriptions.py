@@ -1,7 +1,7 @@
-"""`python -m pipelines.debian_descriptions`: the Debian package-description corpus.
+"""`python -m pgn_tf.pipelines.debian_descriptions`: the Debian package-description corpus.
 
     sudo apt-get -o Acquire::Languages=en update        # fetches the Translation-en lists
-    python -m pipelines.debian_descriptions --output data/debian.jsonl.gz
+    python -m pgn_tf.pipelines.debian_descriptions --output data/debian.jsonl.gz
 
 Article = a package's long description (paragraphs joined by "\\n"), summary = its one-line
 synopsis, id = the package name. Packages that share a long description (foo, foo-data,
@@ -28,7 +28,7 @@ import subprocess
 import sys
 
 from pgn_tf.errors import UserError, run_cli
-from pipelines.preprocess import hash_fraction
+from pgn_tf.pipelines.preprocess import hash_fraction
 
 LISTS_DIR = "/var/lib/apt/lists"
 
@@ -133,7 +133,7 @@ def run(args) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.debian_descriptions",
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.pipelines.debian_descriptions",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--output", required=True, help="PATH.jsonl.gz")
     p.add_argument("--lists_dir", default=LISTS_DIR)
@@ -143,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli("pipelines.debian_descriptions", run, build_parser().parse_args(argv))
+    return run_cli("pgn_tf.pipelines.debian_descriptions", run, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

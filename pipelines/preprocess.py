@@ -1,7 +1,8 @@
-"""`python -m pipelines.preprocess`: raw corpus -> split, deduplicated TFRecord shards + vocab.
+"""`python -m pgn_tf.pipelines.preprocess`: raw corpus -> split, deduplicated TFRecord shards +
+vocab.
 
-    python -m pipelines.preprocess --input 'stories/*.story' --format story --output_dir OUT \
-        --vocab_size 50000 [--split train=0.9,validation=0.05,test=0.05 | --split_files url_lists/] \
+    python -m pgn_tf.pipelines.preprocess --input 'stories/*.story' --format story \
+        --output_dir OUT --vocab_size 50000 [--split train=0.9,validation=0.05,test=0.05 | --split_files url_lists/] \
         [--runner DirectRunner] [other Beam pipeline options]
 
 An Apache Beam pipeline, so a corpus too large for one machine runs unchanged on any Beam
@@ -470,7 +471,7 @@ def run(args, beam_args: list[str] | None = None) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.preprocess",
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.pipelines.preprocess",
                                 description=__doc__.splitlines()[0],
                                 epilog="Unknown flags are passed to Beam as pipeline options.")
     p.add_argument("--input", required=True, help="file, glob or story dir; tfds: DATA_DIR[:split]; "
@@ -493,7 +494,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
-    return run_cli("pipelines.preprocess", run, args, beam_args)
+    return run_cli("pgn_tf.pipelines.preprocess", run, args, beam_args)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""`python -m pipelines.run --config pipeline.yaml`: preprocess -> train -> export -> evaluate ->
-bless -> push, TFX-style.
+"""`python -m pgn_tf.pipelines.run --config pipeline.yaml`: preprocess -> train -> export ->
+evaluate -> bless -> push, TFX-style.
 
 Each step is a function `(inputs: dict, out_dir: str) -> outputs: dict` whose artifacts live in
 `<run_dir>/<step>/`. A finished step leaves `_COMPLETE.json` (its inputs' fingerprint and its
@@ -164,7 +164,7 @@ def write_marker(path: str, record: dict) -> None:
 
 
 def preprocess_step(inputs: dict, out_dir: str) -> dict:
-    from pipelines import preprocess
+    from pgn_tf.pipelines import preprocess
 
     argv = ["--input", inputs["input"], "--format", inputs["format"], "--output_dir", out_dir,
             "--vocab_size", str(inputs["vocab_size"]), "--min_count", str(inputs["min_count"]),
@@ -404,7 +404,7 @@ def run(cfg: dict, verbose: int | None = None) -> dict:
 
 def preprocess_inputs(pre_cfg: dict) -> dict:
     """The preprocess step's inputs: its config and the fingerprint of the data it reads."""
-    from pipelines import preprocess
+    from pgn_tf.pipelines import preprocess
 
     return dict(pre_cfg, data=preprocess.data_fingerprint(pre_cfg["input"], pre_cfg["format"]))
 
@@ -452,7 +452,8 @@ def main_args(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.run", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.pipelines.run",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True, help="pipeline YAML")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--quiet", action="store_true",
@@ -462,7 +463,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli("pipelines.run", main_args, build_parser().parse_args(argv))
+    return run_cli("pgn_tf.pipelines.run", main_args, build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

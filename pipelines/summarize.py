@@ -1,7 +1,8 @@
-"""`python -m pipelines.summarize`: summarize a corpus with an exported SavedModel on Apache
+"""`python -m pgn_tf.pipelines.summarize`: summarize a corpus with an exported SavedModel on Apache
 Beam's RunInference, for corpora that need more than one machine.
 
-    python -m pipelines.summarize --saved_model BASE/NAME/VERSION --input 'articles-*.jsonl.gz' \
+    python -m pgn_tf.pipelines.summarize --saved_model BASE/NAME/VERSION \
+        --input 'articles-*.jsonl.gz' \
         --output OUT/summaries [--format jsonl|text] [--runner DirectRunner] [Beam options]
 
 The single-machine form is `python -m pgn_tf.summarize --input`; this one reads through Beam's
@@ -195,7 +196,7 @@ def run(args, beam_args: list[str] | None = None) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.summarize",
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.pipelines.summarize",
                                 description=__doc__.splitlines()[0],
                                 epilog="Unknown flags are passed to Beam as pipeline options.")
     p.add_argument("--saved_model", required=True, help="an exported version dir")
@@ -216,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
-    return run_cli("pipelines.summarize", run, args, beam_args)
+    return run_cli("pgn_tf.pipelines.summarize", run, args, beam_args)
 
 
 if __name__ == "__main__":

@@ -51,8 +51,8 @@ from google.protobuf import (
     wrappers_pb2,  # noqa: F401  (registers the wrapper types)
 )
 
-from serving.cancel import Call, Watchdog
-from serving.status import Code, RequestError
+from pgn_tf.serving.cancel import Call, Watchdog
+from pgn_tf.serving.status import Code, RequestError
 
 
 @dataclasses.dataclass

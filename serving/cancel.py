@@ -24,7 +24,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.python.eager import cancellation as tf_cancellation
 
-from serving.status import Code, RequestError
+from pgn_tf.serving.status import Code, RequestError
 
 _local = threading.local()
 _install_lock = threading.Lock()

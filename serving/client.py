@@ -1,9 +1,9 @@
-"""`python -m serving.client --server localhost:8500 --model_name NAME [TEXT | -] [--rest]`
+"""`python -m pgn_tf.serving.client --server localhost:8500 --model_name NAME [TEXT | -] [--rest]`
 
 Talks to serving.server or a stock tensorflow_model_server with the unmodified
 tensorflow-serving-api stubs (gRPC) or TF Serving's REST API (--rest, --server host:8501).
 
-    from serving.client import summarize
+    from pgn_tf.serving.client import summarize
     summaries = summarize("localhost:8500", "pgn", ["an article ..."])
 """
 
@@ -61,7 +61,8 @@ def summarize_rest(server: str, model_name: str, articles: list[str],
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m serving.client", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.serving.client",
+                                description=__doc__.splitlines()[0])
     p.add_argument("text", nargs="?", help="the article, or - (default) for standard input")
     p.add_argument("--server", default="localhost:8500")
     p.add_argument("--model_name", default="pgn")
@@ -76,10 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = fn(args.server, args.model_name, [text], args.signature, args.version, args.timeout)
     except grpc.RpcError as e:
-        print(f"serving.client: error: {e.code().name}: {e.details()}", file=sys.stderr)
+        print(f"pgn_tf.serving.client: error: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1
     except (RuntimeError, OSError) as e:
-        print(f"serving.client: error: {e}", file=sys.stderr)
+        print(f"pgn_tf.serving.client: error: {e}", file=sys.stderr)
         return 1
     print(out[0])
     return 0

@@ -24,11 +24,11 @@ from tensorflow_serving.apis import (
     predict_pb2,
 )
 
-from serving.cancel import Call
-from serving.metrics import Metrics
-from serving.models import ModelRegistry
-from serving.predict import Predictor
-from serving.status import Code, RequestError, from_exception, invalid
+from pgn_tf.serving.cancel import Call
+from pgn_tf.serving.metrics import Metrics
+from pgn_tf.serving.models import ModelRegistry
+from pgn_tf.serving.predict import Predictor
+from pgn_tf.serving.status import Code, RequestError, from_exception, invalid
 
 log = logging.getLogger("serving")
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from serving.status import echo, not_found, redact
+from pgn_tf.serving.status import echo, not_found, redact
 
 log = logging.getLogger("serving")
 
@@ -355,8 +355,9 @@ class ServedModel:
         label); RequestError NOT_FOUND otherwise."""
         if label is not None:
             if label not in self.spec.labels:
-                raise not_found(f"model '{self.name}' has no version label '{echo(label)}' (labels: "
-                                f"{', '.join(sorted(self.spec.labels)) or 'none'})")
+                labels = ", ".join(sorted(self.spec.labels)) or "none"
+                raise not_found(f"model '{self.name}' has no version label '{echo(label)}' "
+                                f"(labels: {labels})")
             version = self.spec.labels[label]
         with self._lock:
             if version is None:

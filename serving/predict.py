@@ -18,12 +18,12 @@ import time
 
 import tensorflow as tf
 
-from serving import validation
-from serving.batching import BatchScheduler
-from serving.cancel import Call, Watchdog
-from serving.metrics import Metrics
-from serving.models import LoadedVersion, ModelRegistry, Signature
-from serving.status import Code, RequestError, from_exception, invalid
+from pgn_tf.serving import validation
+from pgn_tf.serving.batching import BatchScheduler
+from pgn_tf.serving.cancel import Call, Watchdog
+from pgn_tf.serving.metrics import Metrics
+from pgn_tf.serving.models import LoadedVersion, ModelRegistry, Signature
+from pgn_tf.serving.status import Code, RequestError, from_exception, invalid
 
 DEFAULT_SIGNATURE = "serving_default"
 

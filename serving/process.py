@@ -14,7 +14,8 @@ def start_server(base_path: str, model_name: str, extra_args: list[str] | None =
                  timeout: float = 120.0) -> tuple[subprocess.Popen, int, int]:
     """Returns (process, gRPC port, REST port) once the server prints READY."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "serving.server", "--model_name", model_name, "--model_base_path",
+        [sys.executable, "-m", "pgn_tf.serving.server", "--model_name", model_name,
+         "--model_base_path",
          base_path, "--port", "0", "--rest_api_port", "auto", *(extra_args or [])],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=os.pathsep.join(

@@ -38,13 +38,13 @@ from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import create_server
 
-from serving import explain
-from serving.cancel import Call
-from serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from serving.metrics import Metrics
-from serving.models import ModelRegistry
-from serving.predict import DEFAULT_SIGNATURE, Predictor
-from serving.status import HTTP_STATUS, Code, from_exception, invalid, not_found
+from pgn_tf.serving import explain
+from pgn_tf.serving.cancel import Call
+from pgn_tf.serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from pgn_tf.serving.metrics import Metrics
+from pgn_tf.serving.models import ModelRegistry
+from pgn_tf.serving.predict import DEFAULT_SIGNATURE, Predictor
+from pgn_tf.serving.status import HTTP_STATUS, Code, from_exception, invalid, not_found
 
 log = logging.getLogger("serving")
 

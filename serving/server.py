@@ -1,6 +1,6 @@
 """A TF Serving-compatible server over versioned SavedModels: gRPC + REST.
 
-    python -m serving.server --model_name pgn --model_base_path BASE/pgn \
+    python -m pgn_tf.serving.server --model_name pgn --model_base_path BASE/pgn \
         --port 8500 --rest_api_port 8501 [--enable_batching --batching_parameters_file F]
 
 Flags are named as tensorflow_model_server names them and mean the same (`--rest_api_port=0`,
@@ -28,12 +28,12 @@ import grpc
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from serving import grpc_service, rest_service, validation, warmup
-from serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
-from serving.cancel import Watchdog
-from serving.metrics import Metrics, parse_monitoring_config
-from serving.models import LoadedVersion, ModelRegistry, ModelSpec, ServedModel
-from serving.predict import Predictor
+from pgn_tf.serving import grpc_service, rest_service, validation, warmup
+from pgn_tf.serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
+from pgn_tf.serving.cancel import Watchdog
+from pgn_tf.serving.metrics import Metrics, parse_monitoring_config
+from pgn_tf.serving.models import LoadedVersion, ModelRegistry, ModelSpec, ServedModel
+from pgn_tf.serving.predict import Predictor
 
 log = logging.getLogger("serving")
 
@@ -262,7 +262,7 @@ def _rest_port(text: str) -> int | str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m serving.server",
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.serving.server",
                                 description=__doc__.splitlines()[0])
     d = ServerOptions()
     flag = dict(nargs="?", const=True, type=_flag_bool)
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
         models, opts = options_from_args(args)
         server = Server(models, opts)
     except (ValueError, OSError) as e:
-        print(f"serving.server: error: {e}", file=sys.stderr)
+        print(f"pgn_tf.serving.server: error: {e}", file=sys.stderr)
         return 2
     for name, m in server.registry.models.items():
         if not m.has_loaded():

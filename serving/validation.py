@@ -21,7 +21,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
 
-from serving.status import echo, invalid
+from pgn_tf.serving.status import echo, invalid
 
 MAX_RANK = 16
 

@@ -13,7 +13,7 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REQUIRED = {"pgn-train": "pgn_tf.train", "pgn-evaluate": "pgn_tf.evaluate",
             "pgn-summarize": "pgn_tf.summarize", "pgn-export": "pgn_tf.export",
-            "pgn-serve": "serving.server", "pgn-pipeline": "pipelines.run"}
+            "pgn-serve": "pgn_tf.serving.server", "pgn-pipeline": "pgn_tf.pipelines.run"}
 
 
 def setup_commands() -> dict:

@@ -41,7 +41,7 @@ def assert_no_noise(stderr: str) -> None:
     assert not [n for n in NOISE if n in stderr], stderr
 
 
-@pytest.mark.parametrize("module", ["pgn_tf.train", "serving.server"])
+@pytest.mark.parametrize("module", ["pgn_tf.train", "pgn_tf.serving.server"])
 def test_help_starts_quietly(module):
     done = run(["-m", module, "--help"])
     assert done.returncode == 0 and "--verbose" in done.stdout, done.stderr

@@ -95,8 +95,8 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
     from pgn_tf import evaluate, export, train
     from pgn_tf.data import tfrecord
     from pgn_tf.inference import Summarizer
-    from serving.client import summarize
-    from serving.server import Server
+    from pgn_tf.serving.client import summarize
+    from pgn_tf.serving.server import Server
 
     # The synthetic corpus as parallel text, the layout of Rush et al.'s Gigaword release.
     exs = list(tfrecord.read_tfrecords(corpus["train"]))

@@ -91,8 +91,8 @@ def test_the_step_in_parts_is_the_same_distribution(model_type):
 @pytest.mark.slow
 def test_ml_then_mixed_training_then_export_and_serve(corpus, tmp_path):
     from pgn_tf import export, train
-    from serving.client import summarize
-    from serving.server import Server
+    from pgn_tf.serving.client import summarize
+    from pgn_tf.serving.server import Server
 
     model_dir = str(tmp_path / "paulus")
     common = ["--model_dir", model_dir, "--config", "paulus2017", "--quiet",

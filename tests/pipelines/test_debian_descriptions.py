@@ -3,7 +3,7 @@
 import gzip
 import json
 
-from pipelines import debian_descriptions as dd
+from pgn_tf.pipelines import debian_descriptions as dd
 
 MAIN = """Package: 0ad
 Description-md5: d943033bedada21853d2ae54a2578a7b

@@ -11,7 +11,7 @@ import tensorflow as tf
 from pgn_tf import config
 from pgn_tf.data import dataset, see_bin, tfrecord
 from pgn_tf.data.example import Example
-from pipelines import preprocess
+from pgn_tf.pipelines import preprocess
 
 
 def run(tmp_path, *argv):
@@ -139,7 +139,8 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys, argv, message):
     flat = [x for kv in base.items() for x in kv] + argv
     assert preprocess.main(flat) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and message in err[0] and err[0].startswith("pipelines.preprocess: error")
+    assert len(err) == 1 and message in err[0]
+    assert err[0].startswith("pgn_tf.pipelines.preprocess: error")
     assert not os.path.exists(tmp_path / "o" / "stats.json")
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from pgn_tf.data import jsonl, synthetic
-from pipelines import run as flow
+from pgn_tf.pipelines import run as flow
 
 
 def write_config(tmp_path, name, corpus, serving_base, max_steps, margin):
@@ -32,8 +32,8 @@ def write_config(tmp_path, name, corpus, serving_base, max_steps, margin):
 
 @pytest.mark.slow
 def test_flow_pushes_only_better_models_and_skips_finished_steps(tmp_path, capsys):
-    from serving.client import summarize
-    from serving.server import Server
+    from pgn_tf.serving.client import summarize
+    from pgn_tf.serving.server import Server
 
     corpus = str(tmp_path / "corpus.jsonl.gz")
     jsonl.write_jsonl(synthetic.generate(360, seed=5), corpus)
@@ -230,6 +230,7 @@ def test_a_second_run_on_a_locked_run_dir_is_refused(tmp_path, capsys):
         assert flow.main(["--config", str(path)]) == 2
         assert os.listdir(tmp_path / "run") == [".lock"]  # nothing else was written
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"pipelines.run: error: pipeline run dir {tmp_path / 'run'} is in use "
+    assert err.startswith(f"pgn_tf.pipelines.run: error: pipeline run dir {tmp_path / 'run'} is in "
+                          f"use "
                           f"by pid {os.getpid()} (started ")
     assert len(err.splitlines()) == 1

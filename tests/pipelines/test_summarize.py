@@ -6,7 +6,7 @@ import json
 
 from pgn_tf.data import tfrecord
 from pgn_tf.inference import SavedModelSummarizer
-from pipelines import summarize
+from pgn_tf.pipelines import summarize
 
 
 def test_runinference_job_summarizes_a_glob_and_lists_bad_lines(exported, corpus, tmp_path,

@@ -9,9 +9,9 @@ import weakref
 import numpy as np
 import pytest
 
-from serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
-from serving.cancel import Call
-from serving.status import Code, RequestError
+from pgn_tf.serving.batching import BatchingParameters, BatchScheduler, parse_batching_parameters
+from pgn_tf.serving.cancel import Call
+from pgn_tf.serving.status import Code, RequestError
 from tests.serving.helpers import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

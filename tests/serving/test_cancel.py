@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from serving.batching import BatchingParameters
-from serving.cancel import Call, Watchdog, _Run
-from serving.server import Server
-from serving.status import Code, RequestError
+from pgn_tf.serving.batching import BatchingParameters
+from pgn_tf.serving.cancel import Call, Watchdog, _Run
+from pgn_tf.serving.server import Server
+from pgn_tf.serving.status import Code, RequestError
 from tests.serving.helpers import (
     ARTICLE,
     add_version,

@@ -12,9 +12,9 @@ import pytest
 
 from pgn_tf import config as config_lib
 from pgn_tf.inference import article_tokens
-from serving import explain
-from serving.rest_service import RestApp
-from serving.server import build_parser, options_from_args
+from pgn_tf.serving import explain
+from pgn_tf.serving.rest_service import RestApp
+from pgn_tf.serving.server import build_parser, options_from_args
 from tests.serving.browser import BrowserMissing, chromium, screenshot_stats
 from tests.serving.helpers import ARTICLE, rest
 

@@ -26,8 +26,8 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
 )
 
-from serving import client
-from serving.process import start_server, stop_server
+from pgn_tf.serving import client
+from pgn_tf.serving.process import start_server, stop_server
 from tests.serving.helpers import ARTICLE, raw_http
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")

@@ -9,8 +9,8 @@ import time
 import grpc
 import pytest
 
-from serving.batching import BatchingParameters
-from serving.server import Server
+from pgn_tf.serving.batching import BatchingParameters
+from pgn_tf.serving.server import Server
 from tests.serving.helpers import (
     add_version,
     raw_http,

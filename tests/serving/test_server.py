@@ -13,9 +13,9 @@ from tensorflow_serving.apis import (
 )
 
 from pgn_tf.inference import Summarizer
-from serving import client
-from serving.models import ModelSpec
-from serving.server import (
+from pgn_tf.serving import client
+from pgn_tf.serving.models import ModelSpec
+from pgn_tf.serving.server import (
     ServerOptions,
     as_model_spec,
     build_parser,

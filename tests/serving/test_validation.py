@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, types_pb2
 
-from serving.status import Code, RequestError, from_exception, redact, tf_message
-from serving.validation import Limits, check_request, tensor_from_json, tensor_from_proto
+from pgn_tf.serving.status import Code, RequestError, from_exception, redact, tf_message
+from pgn_tf.serving.validation import Limits, check_request, tensor_from_json, tensor_from_proto
 
 ARTICLES = tf.TensorSpec([None], tf.string)
 SCALAR = tf.TensorSpec([], tf.int32)

@@ -18,9 +18,9 @@ from tensorflow_serving.apis import (
     prediction_log_pb2,
 )
 
-from serving.batching import BatchingParameters
-from serving.models import LoadedVersion, ModelSpec, ServedModel
-from serving.server import Server
+from pgn_tf.serving.batching import BatchingParameters
+from pgn_tf.serving.models import LoadedVersion, ModelSpec, ServedModel
+from pgn_tf.serving.server import Server
 from tests.serving.helpers import (
     add_version,
     request,
