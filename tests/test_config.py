@@ -250,3 +250,25 @@ def test_the_old_name_of_eval_skip_still_reads():
     cfg = config.resolve("tiny", ["train.eval_rouge_skip=1500"])
     assert cfg.train.eval_skip == 1500
     assert config.Config.from_dict({"train": {"eval_rouge_skip": 7}}).train.eval_skip == 7
+
+
+PAPERS = ("see2017_baseline", "see2017_pgn", "see2017_coverage", "paulus2017", "rush2015_abs")
+
+
+@pytest.mark.parametrize("name", PAPERS)
+def test_the_papers_presets_decode_as_the_papers(name):
+    """None of the papers replaces an output [UNK] by a source word, in decoding or in the RL
+    reward (docs/presets.md)."""
+    cfg = config.resolve(name)
+    assert not cfg.decode.replace_unk and not cfg.replaces_unk()
+    assert not cfg.decode.block_repeated_words
+
+
+def test_rush2015_abs_holds_the_papers_vocabulary_and_search():
+    """Section 7.1: words seen fewer than 5 times are [UNK]; sections 2 and 4: a fixed output
+    length (the Gigaword title's), [STOP] never emitted."""
+    cfg = config.resolve("rush2015_abs")
+    assert (cfg.data.min_count, cfg.decode.fixed_length) == (5, 8)
+    abs_ = config.resolve("debian_abs")  # the measured runs' settings stay the corpus preset's
+    assert (abs_.data.min_count, abs_.decode.fixed_length) == (1, 0)
+    assert abs_.decode.replace_unk
