@@ -216,6 +216,10 @@ class DecodeConfig:
     # Rush et al. (2015): N > 0 emits exactly N words ([STOP] never; min/max steps ignored), with
     # hypothesis recombination on the last model.abs_window ids for ABS; 0 = [STOP]-based.
     fixed_length: NonNegativeInt = 0
+    # The output text (`summaries`, and pgn-summarize / the export) has one sentence a line: a
+    # line ends after each ".", "!" or "?" token, as rougeLsum and multi-sentence references
+    # (the digests' synopses) split them. Off: one line, as before this field existed.
+    sentence_lines: bool = False
 
 
 @dataclasses.dataclass
