@@ -4,6 +4,7 @@
         [--output_dir OUT] [--set decode.block_trigrams=true]
     python -m pgn_tf.evaluate --baseline lead --lead_sentences 3 --data PATH   # no model
     python -m pgn_tf.evaluate --baseline lead_blocks --data PATH   # digests: no model
+    python -m pgn_tf.evaluate --decoded OUT.txt --data PATH   # another system's outputs
 
 Reports ROUGE-1/2/Lsum F1 (rouge-score, stemmed, sentences on separate lines for rougeLsum,
 bootstrap 95% intervals), average summary length, % duplicate 1-4-grams and sentences (See et
@@ -14,6 +15,8 @@ digests (articles of blank-line-separated blocks, one reference line per block),
 measures of `pgn_tf.digest_metrics` too: blocks covered, sentences repeated, blocks revisited.
 Baselines without a model: `lead` (the first --lead_sentences sentences, or --lead_words
 words) and `lead_blocks` (the first sentence of each block the model would read).
+`--decoded FILE` scores another system's outputs instead (one summary a line, in the order of
+the data, retokenized with this project's tokenizer), every measure computed the same way.
 `--rouge_recall_bytes 75` adds DUC-style ROUGE recall of the decoded summaries cut to their first
 75 bytes (Rush et al. 2015's protocol). Writes decoded.jsonl, decoded.txt, reference.txt and
 metrics.json to --output_dir (default <model_dir>/eval_<split name>).
@@ -32,7 +35,7 @@ import tensorflow as tf
 
 from pgn_tf import config as config_lib
 from pgn_tf import digest_metrics, objectives, progress, text
-from pgn_tf.data import dataset, tfrecord
+from pgn_tf.data import dataset, jsonl, tfrecord
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
@@ -294,16 +297,31 @@ def article_blocks(examples: list[Example], references: list[str],
 BASELINES = ("lead", "lead_blocks")
 
 
+def read_decoded_file(path: str, n: int) -> list[str]:
+    """The first n lines of a file of summaries (one a line; .gz read compressed)."""
+    if not tf.io.gfile.exists(path):
+        raise UserError(f"--decoded {path} does not exist")
+    with jsonl.open_lines(path) as f:
+        lines = [raw.decode("utf-8", "replace").rstrip("\n") for raw in f]
+    if len(lines) < n:
+        raise UserError(f"--decoded {path} has {len(lines)} lines for {n} examples")
+    return lines[:n]
+
+
 def evaluate(args) -> dict:
     if args.baseline and args.baseline not in BASELINES:
         raise UserError(f"unknown --baseline '{args.baseline}' ({', '.join(BASELINES)})")
-    if args.baseline:
+    if args.baseline and args.decoded:
+        raise UserError("give --baseline or --decoded, not both")
+    no_model = bool(args.baseline or args.decoded)
+    if no_model:
         cfg = config_lib.Config()
         if args.model_dir:
             cfg = config_lib.load_from_model_dir(args.model_dir)
+        config_lib.apply_overrides(cfg, args.set)  # data.* choose the tokenizer and the cut
     else:
         if not args.model_dir:
-            raise UserError("--model_dir is required unless --baseline is given")
+            raise UserError("--model_dir is required unless --baseline or --decoded is given")
         summarizer = Summarizer.from_model_dir(args.model_dir, args.checkpoint)
         cfg = summarizer.cfg
         config_lib.apply_overrides(cfg, args.set)
@@ -312,7 +330,11 @@ def evaluate(args) -> dict:
     references = [reference_text(e.summary, cfg.data) for e in examples]
     blocks = article_blocks(examples, references, cfg.data)
     pgens: list[float] = []
-    if args.baseline == "lead_blocks":
+    if args.decoded:
+        decoded = tokenize_texts(read_decoded_file(args.decoded, len(examples)), cfg.data)
+        seconds = 0.0
+        name = "decoded"
+    elif args.baseline == "lead_blocks":
         if not any(blocks):
             raise UserError(f"--baseline lead_blocks needs digests (articles of blocks between "
                             f"blank lines, one summary line per block); {args.data} has none")
@@ -339,9 +361,8 @@ def evaluate(args) -> dict:
         decoded, references, [[len(x) for x in b] if b else None for b in blocks],
         cfg.data.max_enc_steps)
     metrics.update(digest)
-    if not args.baseline:
+    if not no_model:
         metrics["raw_unk_outputs_pct"] = _pct(["[UNK]" in t for t in raw])
-    if not args.baseline:
         metrics["perplexity"] = round(perplexity(summarizer.model, summarizer.vocab, cfg,
                                                  examples), 3)
     if pgens:
@@ -388,6 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", choices=BASELINES,
                    help="score a baseline instead of a model: lead (--lead_sentences or "
                         "--lead_words) or lead_blocks (digests: each block's first sentence)")
+    p.add_argument("--decoded", metavar="FILE",
+                   help="score these summaries (one a line, in the data's order) instead of a "
+                        "model's")
     p.add_argument("--lead_sentences", type=int, default=3)
     p.add_argument("--lead_words", type=int)
     p.add_argument("--bootstrap", type=int, default=1000)

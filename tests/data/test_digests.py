@@ -77,3 +77,29 @@ def test_the_tokenizer_sees_no_block_marks():
 
     toks = text.tokenize(tf.constant(["a b.\n\nc d."])).to_list()[0]
     assert toks == [b"a", b"b", b".", b"c", b"d", b"."]
+
+
+def test_evaluate_scores_another_systems_outputs_with_the_digest_counts(tmp_path, capsys):
+    path = str(tmp_path / "digests.jsonl.gz")
+    _write(path)
+    outputs = tmp_path / "pred.txt"
+    # digest 0: blocks 1 and 2 covered, block 1 twice (its sentence repeated); digest 1: one
+    # block of four; digest 2: nothing
+    outputs.write_text("cat game . file parser library ( runtime ) . cat game .\n"
+                       "beta gamma .\nnone at all\n")
+    out = tmp_path / "eval"
+    metrics = evaluate.evaluate(evaluate.build_parser().parse_args(
+        ["--decoded", str(outputs), "--data", path, "--output_dir", str(out), "--quiet",
+         "--bootstrap", "0"]))
+    rows = [json.loads(x) for x in (out / "decoded.jsonl").read_text().splitlines()]
+    assert [(r["blocks"], r["blocks_matched"], r["sentences"], r["repeated_sentences"])
+            for r in rows] == [(3, 2, 3, 1), (4, 1, 1, 0), (5, 0, 1, 0)]
+    assert metrics["system"] == "decoded" and metrics["digest_examples"] == 3
+    # (2/3 + 1/4 + 0/5) / 3 and (1/3 + 0 + 0) / 3
+    assert metrics["block_match_pct"] == 30.56
+    assert metrics["repeated_sentence_pct"] == 11.11
+    assert metrics["sentences_per_summary"] == 1.67
+    capsys.readouterr()
+    outputs.write_text("one line\n")
+    assert evaluate.main(["--decoded", str(outputs), "--data", path, "--quiet"]) != 0
+    assert "has 1 lines for 3 examples" in capsys.readouterr().err
