@@ -387,11 +387,12 @@ class DigestTable(quality_table.Table):
     def write(self) -> None:
         s = self.settings()
         claims = self.claims()
+        peer = f"the peer {s.get('peer_minutes')}" if self.row(PEER) else "the peer not run"
         head = (f"Debian digests, the first {s.get('score')} validation digests (beam 4, 20-120 "
                 f"tokens); budgets in minutes of this machine: See et al.'s recipe "
                 f"{s.get('minutes')}, baseline {s.get('baseline_minutes')}, Paulus et al. "
-                f"{s.get('paulus_minutes')} (RL arms {s.get('rl_minutes')} each), the peer "
-                f"{s.get('peer_minutes')}; CPU flags: {s.get('cpu_flags')}.\n\n")
+                f"{s.get('paulus_minutes')} (RL arms {s.get('rl_minutes')} each), {peer}; "
+                f"CPU flags: {s.get('cpu_flags')}.\n\n")
         text = head + self.table() + "\n\n" + "\n".join(
             f"- {self.claim_line(c)}" for c in claims) + "\n"
         with open(self.w("table.md"), "w") as f:

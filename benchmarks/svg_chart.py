@@ -12,14 +12,14 @@ COLOURS = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F
 
 
 def grouped_bars(categories: list[str], series: dict[str, list[float]], title: str,
-                 y_label: str, width: int = 900, height: int = 420) -> str:
+                 y_label: str, width: int = 1100, height: int = 420) -> str:
     """SVG text: one group of bars per category, one bar per series in each group (the
     series' values in category order), a y axis from 0 to the largest value, a legend."""
     for name, values in series.items():
         if len(values) != len(categories):
             raise ValueError(f"series {name!r} has {len(values)} values for "
                              f"{len(categories)} categories")
-    left, right, top, bottom = 60, 220, 40, 50
+    left, right, top, bottom = 60, 360, 40, 50  # the legend on the right
     plot_w, plot_h = width - left - right, height - top - bottom
     top_value = max([v for values in series.values() for v in values] + [1e-9])
     scale = plot_h / top_value

@@ -15,9 +15,9 @@ punctuation dropped: what `evaluate`'s rouge1 compares), and a pair *matches* at
                          article tokens (the ones the model read); blocks_visible_pct says how
                          many those are.
   repeated_sentence_pct  share of output sentences that repeat an earlier sentence of the same
-                         output (match it at the threshold: exact repeats and near ones; See et
-                         al.'s dup_sentence_pct counts exact repeats only), averaged over the
-                         summaries.
+                         output (equal to it, or matching it at the threshold: exact repeats and
+                         near ones; See et al.'s dup_sentence_pct counts exact repeats only),
+                         averaged over the summaries.
   block_revisit_pct      share of output sentences whose best-matching block (at the threshold)
                          an earlier sentence of the same output already matched: a block
                          summarized twice.
@@ -99,9 +99,11 @@ def visible_blocks(block_lengths: list[int], max_enc_steps: int) -> int:
 
 
 def repeats(output_sentences: list[str], rouge: Rouge1, threshold: float = THRESHOLD) -> int:
-    """How many sentences match (F1 >= threshold) some sentence before them."""
+    """How many sentences equal or match (F1 >= threshold) some sentence before them (equal:
+    the same tokens, which counts sentences without a word too, ". ." after ". .")."""
     sim = rouge.matrix(output_sentences, output_sentences)
-    return sum(bool(np.any(sim[i, :i] >= threshold)) for i in range(len(output_sentences)))
+    return sum(output_sentences[i] in output_sentences[:i] or bool(np.any(sim[i, :i] >= threshold))
+               for i in range(len(output_sentences)))
 
 
 def revisits(sim: np.ndarray, threshold: float = THRESHOLD) -> int:

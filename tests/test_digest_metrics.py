@@ -128,3 +128,11 @@ def test_see_et_al_repetition_and_novelty_counts():
     # sentences: "x ." twice and "y ." -> 1 duplicate of 3
     got = evaluate.repetition_and_novelty([["x", ".", "x", ".", "y", "."]], [["x"]])
     assert got["dup_sentence_pct"] == 33.33
+
+
+def test_a_sentence_equal_to_an_earlier_one_repeats_it_even_without_words(rouge):
+    # ". ." has no rouge-score token (F1 0 with anything), yet the third sentence is the first
+    # again; "x ." after "x ." repeats by F1 too
+    assert dm.repeats([", .", "x .", ", .", "x ."], rouge) == 2
+    row = dm.example(", . x . , .".split(), SYNOPSES[:2], [3, 3], 400, rouge)
+    assert (row["sentences"], row["repeated"]) == (3, 1)
