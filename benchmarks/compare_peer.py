@@ -2,6 +2,7 @@
 and this project's on the same corpus in one run, printed as one table of ratios.
 
     python benchmarks/compare_peer.py --peer_dir PEER --peer_work PEER_WORK --data_dir DATA \
+        [--corpus descriptions|digests] \
         [--config reference_onmt] [--set SECTION.KEY=VALUE ...] [--work_dir runs/compare_peer] \
         [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--matmul_peak] \
         [--variant NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...] ...] [--skip_peer | --skip_ours]
@@ -34,6 +35,21 @@ xla:train.jit_compile=true`. Its row gives its source tokens/s, its ratio to the
 ratio to this project's default, which is how a speed switch is kept or dropped. Variants are
 timed for training only (decoding is timed on the default's model).
 
+--corpus digests runs both systems at See et al.'s lengths on the Debian digests (DATA holds
+them): the peer's bench.sh with PEER_CORPUS=digests (article 400 tokens, summary 100, vocab 50k,
+batch 16, decoding at most 100 tokens; the reference's network sizes), this project with the
+reference_onmt_digests preset (the same settings) decoding at most 100 tokens. PEER_WORK must be
+the digests' own (setup_onmt.sh rewrites its data per corpus, and bench.sh keeps its model):
+a marker file in it says which corpus it holds, and another corpus' is refused.
+
+Peak RSS (benchmarks/peak_rss.py says why VmHWM): the peer's, the largest VmHWM of its
+onmt_train processes (training) and of its onmt_translate process (decoding), read every 0.2 s
+while bench.sh runs; this project's training, the VmHWM of this process over the timed
+training (reset before it where the kernel allows, so the data conversion before it is left
+out), and its decoding, measured in a fresh child process that decodes and reports its own
+VmHWM (in this process the training's memory would count). Both include their framework's
+start-up (TensorFlow, PyTorch).
+
 --matmul_peak adds the training step's achieved GFLOP/s (train_throughput's analytic count of the
 model's matmuls on real tokens, padding not counted) as a share of this machine's matmul peak
 (benchmarks/matmul_peak.py, in the training step's compute dtype).
@@ -47,6 +63,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -59,8 +76,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 import yaml  # noqa: E402
 
-from benchmarks import matmul_peak, train_throughput  # noqa: E402
+from benchmarks import matmul_peak, peak_rss, train_throughput  # noqa: E402
 from benchmarks.common import cpu_flags, result_line  # noqa: E402
+from benchmarks.digest_table import claim_work_dir  # noqa: E402
 from benchmarks.quality_table import sh  # noqa: E402
 from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import evaluate  # noqa: E402
@@ -69,8 +87,15 @@ from pgn_tf.errors import UserError, run_cli  # noqa: E402
 from pgn_tf.inference import Summarizer  # noqa: E402
 from pgn_tf.model_dir import ModelDir  # noqa: E402
 
-# The decoding both systems are timed on (bench.sh: -beam_size 4 -batch_size 64 -max_length 30).
-BEAM, BATCH, MAX_TOKENS = 4, 64, 30
+# The decoding both systems are timed on (bench.sh: -beam_size 4 -batch_size 64 -max_length 30,
+# 100 with PEER_CORPUS=digests).
+BEAM, BATCH = 4, 64
+# Per corpus: this project's preset at the peer's sizes, the decoded tokens' limit, and what
+# bench.sh is told (PEER_CORPUS).
+CORPORA = {
+    "descriptions": {"config": "reference_onmt", "max_tokens": 30, "peer_corpus": "descriptions"},
+    "digests": {"config": "reference_onmt_digests", "max_tokens": 100, "peer_corpus": "digests"},
+}
 
 # The lines of bench.sh's output: (what the line looks like, its pattern).
 PEER_LINES = {
@@ -95,6 +120,8 @@ ROWS = (
     ("params", "parameters"),
     ("decode_articles_per_sec", f"decoding articles/s (beam {BEAM}, batch {BATCH})"),
     ("decode_mean_tokens", "decoded summary tokens (mean)"),
+    ("train_peak_rss_mib", "training peak RSS (MiB)"),
+    ("decode_peak_rss_mib", "decoding peak RSS (MiB)"),
 )
 
 
@@ -160,18 +187,23 @@ def mean_tokens(path: str) -> float | None:
     return round(sum(counts) / len(counts), 2) if counts else None
 
 
-def run_peer(peer_dir: str, peer_work: str, mode: str = "both") -> dict:
-    """Runs `bench.sh PEER_WORK mode`, echoing its output, and returns its parsed figures."""
+def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
+             corpus: str = "descriptions") -> dict:
+    """Runs `PEER_CORPUS=corpus bench.sh PEER_WORK mode`, echoing its output, and returns its
+    parsed figures with the peak RSS of its training and decoding processes."""
     bench = os.path.join(peer_dir, "bench.sh")
-    print(f"== the reference: bash {bench} {peer_work} {mode}", flush=True)
+    print(f"== the reference: PEER_CORPUS={corpus} bash {bench} {peer_work} {mode}", flush=True)
     proc = subprocess.Popen(["bash", bench, peer_work, mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, PEER_CORPUS=corpus))
     lines = []
-    for line in proc.stdout:
-        print("  peer | " + line, end="", flush=True)
-        lines.append(line)
+    with peak_rss.TreeWatcher(proc.pid, peak_rss.onmt_phase) as watcher:
+        for line in proc.stdout:
+            print("  peer | " + line, end="", flush=True)
+            lines.append(line)
+        proc.wait()
     output = "".join(lines)
-    if proc.wait():
+    if proc.returncode:
         raise UserError(f"{bench} exited with status {proc.returncode}; the last lines of its "
                         f"output:\n{tail(output)}")
     figures = parse_peer(output, mode)
@@ -181,6 +213,10 @@ def run_peer(peer_dir: str, peer_work: str, mode: str = "both") -> dict:
     tokens = mean_tokens(os.path.join(peer_work, "run", "valid.pred.txt"))
     if tokens is not None:
         figures["decode_mean_tokens"] = tokens
+    peaks = watcher.peaks()
+    for phase, key in (("training", "train_peak_rss_mib"), ("decoding", "decode_peak_rss_mib")):
+        if phase in peaks:
+            figures[key] = peaks[phase]
     return figures
 
 
@@ -189,8 +225,11 @@ def our_training(cfg: config_lib.Config, files: list[str], steps: int, warmup: i
     """train_throughput.measure in a throw-away model dir; with `peak`, the share of the matmul
     peak its FLOP count reaches."""
     print(f"== pgn_tf training: {warmup} warm-up + {steps} timed steps", flush=True)
+    reset = peak_rss.reset_peak()  # leaves out what came before: imports, data conversion
     with tempfile.TemporaryDirectory(prefix="compare_peer-") as tmp:
         result = train_throughput.measure(cfg, files, steps, warmup, work_dir=tmp)
+    result["peak_rss_mib"] = peak_rss.peak_mib()
+    result["peak_rss_since"] = "training start" if reset else "process start"
     # printed as it comes, so a run stopped later keeps what it measured
     print(f"   {result['src_tokens_per_sec']} source tokens/s, {result['sec_per_step']} s/step "
           f"({result['precision']}; warm-up {result['warmup_seconds']} s)", flush=True)
@@ -242,18 +281,19 @@ def decode_model(cfg_name: str, overrides: list[str], cfg: config_lib.Config, tr
     return ModelDir(model_dir).latest_checkpoint()
 
 
-def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: str) -> dict:
-    """Beam-BEAM decoding of every article of `data` in batches of BATCH, at most MAX_TOKENS
+def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: str,
+                 max_tokens: int) -> dict:
+    """Beam-BEAM decoding of every article of `data` in batches of BATCH, at most max_tokens
     tokens, by `checkpoint` of model_dir; the decode section otherwise from cfg (the module
     docstring says what is timed)."""
     examples = evaluate.read_split(data, None, None)
     summarizer = Summarizer.from_model_dir(model_dir, checkpoint)
     summarizer.cfg.decode = dataclasses.replace(
-        cfg.decode, beam_size=BEAM, batch_size=BATCH, max_dec_steps=MAX_TOKENS,
-        min_dec_steps=min(cfg.decode.min_dec_steps, MAX_TOKENS))
+        cfg.decode, beam_size=BEAM, batch_size=BATCH, max_dec_steps=max_tokens,
+        min_dec_steps=min(cfg.decode.min_dec_steps, max_tokens))
     summarizer.cfg.validate()
     print(f"== pgn_tf decoding: {len(examples)} articles, beam {BEAM}, batch {BATCH}, "
-          f"at most {MAX_TOKENS} tokens", flush=True)
+          f"at most {max_tokens} tokens", flush=True)
     fn = evaluate.decode_fn(summarizer, BEAM, want_pgen=False)
     t0 = time.perf_counter()
     fn(tf.constant([e.article for e in examples[:BATCH]]))["length"].numpy()
@@ -268,7 +308,36 @@ def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: 
         "cpu_ms_per_article": round(1000 * cpu / len(examples), 2),
         "mean_tokens": round(sum(len(t) for t in tokens) / len(tokens), 2),
         "warmup_seconds": round(warmup, 2), "min_dec_steps": summarizer.cfg.decode.min_dec_steps,
+        "max_tokens": max_tokens, "peak_rss_mib": peak_rss.peak_mib(),
     }
+
+
+# The line a decoding child prints its figures on (decoding_in_child).
+CHILD_RESULT = "compare_peer decoding result: "
+
+
+def decoding_in_child(job: dict) -> dict:
+    """our_decoding in a fresh process (`compare_peer.py --decoding_job JSON`), so that its
+    peak RSS is decoding's alone; job: config, set, model_dir, checkpoint, data, max_tokens."""
+    print("== pgn_tf decoding, in a child process (its own peak RSS)", flush=True)
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--decoding_job",
+                           json.dumps(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    found = [line for line in proc.stdout.splitlines() if line.startswith(CHILD_RESULT)]
+    if proc.returncode or not found:
+        raise UserError(f"the decoding child failed (status {proc.returncode}); the last lines "
+                        f"of its output:\n{tail(proc.stdout)}")
+    return json.loads(found[-1][len(CHILD_RESULT):])
+
+
+def run_decoding_job(text: str) -> dict:
+    """The child's side of decoding_in_child: decodes, prints its figures on one line."""
+    job = json.loads(text)
+    cfg = config_lib.resolve(job["config"], job["set"])
+    result = our_decoding(cfg, job["model_dir"], job["checkpoint"], job["data"],
+                          job["max_tokens"])
+    print(CHILD_RESULT + json.dumps(result), flush=True)
+    return result
 
 
 def ours(a, cfg: config_lib.Config, variants: list) -> dict:
@@ -284,14 +353,18 @@ def ours(a, cfg: config_lib.Config, variants: list) -> dict:
         print(f"== pgn_tf training, variant {name}: {' '.join(overrides)}", flush=True)
         measured[name] = our_training(variant_cfg, files, a.steps, a.warmup, False)
     checkpoint = decode_model(a.config, a.set, cfg, train_data, model_dir, a.decode_train_steps)
-    decoding = our_decoding(cfg, model_dir, checkpoint,
-                            os.path.join(a.data_dir, "validation.jsonl.gz"))
+    decoding = decoding_in_child({
+        "config": a.config, "set": a.set, "model_dir": model_dir, "checkpoint": checkpoint,
+        "data": os.path.join(a.data_dir, "validation.jsonl.gz"),
+        "max_tokens": CORPORA[a.corpus]["max_tokens"]})
     figures = {
         "train_src_tokens_per_sec": training["src_tokens_per_sec"],
         "train_examples_per_sec": training["examples_per_sec"],
         "train_sec_per_step": training["sec_per_step"], "params": training["params"],
         "decode_articles_per_sec": decoding["articles_per_sec"],
         "decode_mean_tokens": decoding["mean_tokens"],
+        "train_peak_rss_mib": training["peak_rss_mib"],
+        "decode_peak_rss_mib": decoding["peak_rss_mib"],
     }
     return {"figures": figures, "training": training, "decoding": decoding,
             "variants": measured}
@@ -337,6 +410,7 @@ def variant_table(variants: dict, default: dict, peer: dict) -> str:
 
 
 def run(a) -> dict:
+    a.config = a.config or CORPORA[a.corpus]["config"]
     try:
         cfg = config_lib.resolve(a.config, a.set)
     except ValueError as e:
@@ -360,11 +434,15 @@ def run(a) -> dict:
                 raise UserError(f"--data_dir {a.data_dir} holds no {name}")
         check_decode_model(a.config, cfg, os.path.join(a.work_dir, "decode_model"),
                            a.decode_train_steps)
-    peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work))
+    if not a.skip_peer:
+        claim_work_dir(os.path.abspath(a.peer_work), a.corpus)
+    peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work), "both",
+                                           CORPORA[a.corpus]["peer_corpus"])
     mine = {"figures": {}} if a.skip_ours else ours(a, cfg, variants)
     ratio = ratios(mine["figures"], peer)
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    print(f"\n== pgn_tf (--config {a.config}) vs OpenNMT-py (the reference's bench.sh)")
+    print(f"\n== pgn_tf (--config {a.config}) vs OpenNMT-py (the reference's bench.sh, "
+          f"PEER_CORPUS={CORPORA[a.corpus]['peer_corpus']})")
     print(table(mine["figures"], peer, ratio))
     if "training" in mine and "share_of_matmul_peak" in mine["training"]:
         t = mine["training"]
@@ -379,8 +457,9 @@ def run(a) -> dict:
               f"validation file?")
     print(f"cpu_flags: {cpu_flags()}")
     print(f"date: {date}")
-    result = {"config": a.config, "overrides": a.set, "date": date,
-              "decode": {"beam": BEAM, "batch": BATCH, "max_tokens": MAX_TOKENS,
+    result = {"corpus": a.corpus, "config": a.config, "overrides": a.set, "date": date,
+              "decode": {"beam": BEAM, "batch": BATCH,
+                         "max_tokens": CORPORA[a.corpus]["max_tokens"],
                          "train_steps": a.decode_train_steps},
               "pgn_tf": {k: v for k, v in mine.items() if k != "figures"},
               "peer": peer, "ratios": ratio}
@@ -394,8 +473,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peer_work", help="bench.sh's work dir (its venv, data and model are kept)")
     p.add_argument("--data_dir", help="the directory holding train.jsonl.gz and "
                    "validation.jsonl.gz")
-    p.add_argument("--config", default="reference_onmt",
-                   help="this project's preset or config file at the reference sizes")
+    p.add_argument("--corpus", choices=sorted(CORPORA), default="descriptions",
+                   help="descriptions (the reference sizes, 100/30 tokens) or digests (See et "
+                        "al.'s lengths: 400/100 tokens, vocab 50k, batch 16)")
+    p.add_argument("--config", help="this project's preset or config file at the reference "
+                                    "sizes (default: reference_onmt, or reference_onmt_digests "
+                                    "with --corpus digests)")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
     p.add_argument("--work_dir", default="runs/compare_peer",
                    help="this project's decoding model (kept and reused) and logs")
@@ -410,12 +493,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="one more training measurement with these overrides (repeatable)")
     p.add_argument("--skip_peer", action="store_true", help="only this project's half")
     p.add_argument("--skip_ours", action="store_true", help="only the reference's half")
+    p.add_argument("--decoding_job", help=argparse.SUPPRESS)  # decoding_in_child's child
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
+    if a.decoding_job:
+        return run_cli("compare_peer", run_decoding_job, a.decoding_job)
     if a.skip_peer and a.skip_ours:
         p.error("--skip_peer and --skip_ours leave nothing to run")
     if not a.skip_peer and not (a.peer_dir and a.peer_work):

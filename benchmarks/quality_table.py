@@ -5,6 +5,7 @@ on validation with the same script, end to end.
         [--stages lead,baseline,see,seeds,paulus,see_rl,abs,decode] [--minutes 60] [--score 1500]
         [--set model.dropout=0.3 ...]
     python benchmarks/quality_table.py --work_dir runs/quality --render
+    python benchmarks/quality_table.py --corpus digests ...   # benchmarks/digest_table.py
 
 DIR holds train.jsonl.gz and validation.jsonl.gz (pipelines.debian_descriptions). The first
 --score validation pairs are decoded as `pgn_tf.evaluate` decodes them and scored (rouge-score
@@ -85,11 +86,16 @@ def set_flags(overrides) -> list[str]:
 
 def sh(args: list[str], log: str) -> None:
     """Runs a pgn_tf command, its output to a log file; fails loudly with the log's tail."""
+    sh_command([sys.executable, *args], log, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+
+
+def sh_command(args: list[str], log: str, **popen) -> None:
+    """Runs a command (subprocess.run's keywords in popen), its output appended to a log file;
+    RuntimeError with the log's tail when it fails."""
     with open(log, "a") as f:
         f.write("$ " + " ".join(args) + "\n")
         f.flush()
-        proc = subprocess.run([sys.executable, *args], stdout=f, stderr=subprocess.STDOUT,
-                              env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+        proc = subprocess.run(args, stdout=f, stderr=subprocess.STDOUT, **popen)
     if proc.returncode:
         with open(log) as f:
             tail = f.read()[-3000:]
@@ -515,8 +521,19 @@ class Table:
                                **{k: v for k, v in self.extra.items() if k.endswith("_test")}})
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # --corpus digests: the Debian digests' table, its own stages and flags (digest_table.py)
+    corpus = argparse.ArgumentParser(add_help=False)
+    corpus.add_argument("--corpus", choices=("descriptions", "digests"), default="descriptions")
+    known, rest = corpus.parse_known_args(argv)
+    if known.corpus == "digests":
+        from benchmarks import digest_table
+
+        return digest_table.main(rest)
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--corpus", choices=("descriptions", "digests"), default="descriptions",
+                   help="descriptions (this table) or digests (benchmarks/digest_table.py's, "
+                        "with its own flags: --corpus digests --help)")
     p.add_argument("--data_dir", help="holds train.jsonl.gz and validation.jsonl.gz")
     p.add_argument("--work_dir", default="runs/quality")
     p.add_argument("--stages", default=",".join(STAGES), help=f"some of {', '.join(STAGES)}")
@@ -532,7 +549,7 @@ def main() -> None:
                         "(e.g. model.dropout=0.3); repeatable, recorded in settings.json")
     p.add_argument("--render", action="store_true",
                    help="only rewrite table.md, curves.md and report.md from results.json")
-    a = p.parse_args()
+    a = p.parse_args(rest)
     stages = [s for s in a.stages.split(",") if s]
     unknown = set(stages) - set(STAGES)
     if unknown:

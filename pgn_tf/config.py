@@ -150,7 +150,8 @@ class TrainConfig:
     # The self-critical reward scores samples and baseline as decoding outputs them: with
     # decode.replace_unk in force, an [UNK] counts as the most-attended source word. Off: an
     # [UNK] matches nothing, so the reward pays for copying what replace_unk copies anyway
-    # (docs/quality.md "Self-critical RL on See et al.'s model").
+    # (docs/quality.md "Self-critical RL on See et al.'s model"). The papers' presets decode
+    # without replace_unk, so their rewards read [UNK] as matching nothing, as Paulus et al.'s.
     reward_replace_unk: bool = True
     # A new phase (coverage conversion, new objective) starts from the previous phase's "best"
     # checkpoint, or its "latest".
@@ -204,7 +205,9 @@ class DecodeConfig:
     extractive: bool = False  # only article words (and [STOP]) may be emitted (Table 3)
     # An output [UNK] becomes the source word with the highest attention at its step
     # (OpenNMT's replace_unk); the raw output stays available (raw_summaries, raw_tokens).
-    replace_unk: bool = True
+    # None of the three papers does this, so their presets leave it off; the corpus presets
+    # (debian_*, digest_*, reference_onmt, tiny) turn it on, as this project's default.
+    replace_unk: bool = False
     # Wu et al. (2016) GNMT coverage penalty beta: + beta * sum_i log(min(sum_t a_t,i, 1)) on a
     # finished hypothesis' score (0 = off).
     coverage_penalty: NonNegativeFloat = 0.0
@@ -213,6 +216,10 @@ class DecodeConfig:
     # Rush et al. (2015): N > 0 emits exactly N words ([STOP] never; min/max steps ignored), with
     # hypothesis recombination on the last model.abs_window ids for ABS; 0 = [STOP]-based.
     fixed_length: NonNegativeInt = 0
+    # The output text (`summaries`, and pgn-summarize / the export) has one sentence a line: a
+    # line ends after each ".", "!" or "?" token, as rougeLsum and multi-sentence references
+    # (the digests' synopses) split them. Off: one line, as before this field existed.
+    sentence_lines: bool = False
 
 
 @dataclasses.dataclass
@@ -306,9 +313,16 @@ def paulus2017() -> Config:
     trigram blocking; L_ml summed over the summary (eq. 14); the switch supervised for copied
     out-of-vocabulary words (section 2.3, appendix A.3). Train ML, then continue with
     `--set train.objective=mixed`. The paper states no minimum summary length (decoding runs
-    0-100 tokens) and no gradient clipping. Not the paper's: embeddings start at stddev 0.5, the
-    scale of the GloVe vectors it used (not available here); See et al.'s 1e-4 leaves the tied
-    output layer tanh(W_emb W_proj) near zero and learns slowest (docs/quality.md)."""
+    0-100 tokens) and no gradient clipping. Decoding and the RL reward leave an output [UNK] as
+    it is (no decode.replace_unk), as the paper.
+
+    Not the paper's: embeddings start at stddev 0.5, the scale of the GloVe vectors it used
+    (not available here); See et al.'s 1e-4 leaves the tied output layer tanh(W_emb W_proj)
+    near zero and learns slowest (docs/quality.md). One 50k vocabulary serves the input and the
+    output, where the paper keeps 150k input words and 50k output words (appendix B): the
+    models here read and write one table (the extended-vocabulary ids, the pointer's scatter
+    and the tied output layer of eq. 13 all index it), so the article's words ranked 50k-150k
+    are [UNK] to the encoder, and copied by the pointer still (docs/presets.md)."""
     cfg = Config()
     cfg.data.max_enc_steps = 800
     cfg.model = ModelConfig(model_type="deep_reinforced", hidden_dim=200, emb_dim=100,
@@ -328,11 +342,21 @@ def rush2015_abs() -> Config:
     """Rush et al. (2015) section 7: ABS with the attention-based encoder, D = 200, H = 400,
     C = 5, Q = 2; mini-batch SGD at 0.05 on the NLL (summed over the summary), batch 64, the
     learning rate halved when validation log-likelihood does not improve for an epoch; digits
-    replaced by '#'. The encoder is `model.abs_encoder` (bow, conv, attention)."""
+    replaced by '#' and words seen fewer than 5 times by [UNK] (section 7.1). The encoder is
+    `model.abs_encoder` (bow, conv, attention).
+
+    Decoding as sections 2 and 4: summaries of a fixed length N known before generation ([STOP]
+    never emitted), a beam search with hypothesis recombination on the NNLM's window; N = 8, the
+    average Gigaword title the paper tunes its outputs to (section 7.1; 8.3 words in the
+    published paper, a figure lost in papers/rush2015-neural-attention-abs.txt); a corpus
+    preset sets its own references' length. The vocabulary keeps See et al.'s cap of 50k words,
+    which binds only where more words pass the count of 5 (the paper states none). No [UNK]
+    replacement (the paper has none)."""
     cfg = Config()
     cfg.data.max_enc_steps = 100
     cfg.data.max_dec_steps = 30
     cfg.data.replace_digits = True
+    cfg.data.min_count = 5
     cfg.model = ModelConfig(model_type="abs", hidden_dim=400, emb_dim=200, pointer_gen=False)
     cfg.train.batch_size = 64
     cfg.train.optimizer = "sgd"
@@ -340,7 +364,7 @@ def rush2015_abs() -> Config:
     cfg.train.max_grad_norm = 0.0
     cfg.train.nll_reduction = "sum"
     cfg.train.lr_halving = "epoch"
-    cfg.decode = DecodeConfig(beam_size=5, min_dec_steps=3, max_dec_steps=30)
+    cfg.decode = DecodeConfig(beam_size=5, min_dec_steps=3, max_dec_steps=30, fixed_length=8)
     return cfg
 
 
@@ -362,6 +386,9 @@ def _debian(cfg: Config, minutes: float) -> Config:
     cfg.decode.min_dec_steps = 3
     cfg.decode.max_dec_steps = 30
     cfg.decode.batch_size = 64
+    # This project's default, not the papers': an output [UNK] becomes the most-attended source
+    # word, in decoding and in the RL reward (docs/presets.md).
+    cfg.decode.replace_unk = True
     return cfg
 
 
@@ -461,8 +488,12 @@ def debian_abs() -> Config:
     at 0.2 (docs/quality.md); norm-5 clipping kept. With `model.abs_encoder=conv`, each
     convolution's output is layer-normalised before its tanh (`model.abs_conv_norm`): without
     it the convolutions' tanh saturated and the encoder gave every article the same vector
-    (docs/quality.md "Rush et al.'s ABS")."""
+    (docs/quality.md "Rush et al.'s ABS"). As the measured runs: decoding stops at [STOP] with
+    See et al.'s length normalisation (3-30 tokens), not the paper's fixed length, and the
+    vocabulary keeps words seen once, not 5 times (docs/presets.md)."""
     cfg = _debian(rush2015_abs(), 60)
+    cfg.data.min_count = 1
+    cfg.decode.fixed_length = 0
     cfg.model.hidden_dim, cfg.model.emb_dim = 256, 128
     cfg.model.abs_conv_norm = True  # acts on the convolutional encoder only
     cfg.train.optimizer = "adam"
@@ -498,7 +529,10 @@ def reference_onmt() -> Config:
     # ROUGE in debian_pgn's 60-minute run.
     cfg.data.bucket_by_summary_length = True
     cfg.train.mixed_precision = "auto"
-    cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=0, max_dec_steps=30, batch_size=64)
+    # replace_unk as the measured runs decoded (docs/performance.md); the peer cannot (its
+    # -replace_unk fails on copy models), so pgn_tf's decoding does the slightly larger job.
+    cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=0, max_dec_steps=30, batch_size=64,
+                              replace_unk=True)
     return cfg
 
 
@@ -517,7 +551,108 @@ def tiny() -> Config:
         log_every=50,
         learning_rate=0.15,
     )
-    cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=3, max_dec_steps=30)
+    cfg.decode = DecodeConfig(beam_size=4, min_dec_steps=3, max_dec_steps=30, replace_unk=True)
+    return cfg
+
+
+def _digest(cfg: Config, minutes: float) -> Config:
+    """The Debian digests (docs/digests.md): an article is the long descriptions of 3-6
+    packages, one block each, a blank line between; its summary their synopses, one sentence a
+    line, in the same order. See et al.'s regime: articles cut to 400 tokens and summaries to
+    100 in training (none is longer), batch 16, decoding up to 120 tokens.
+
+    Decoding emits at least 20 tokens, not See et al.'s 35 (their CNN/DailyMail highlights
+    average 56 tokens; these summaries 36): 48% of the training summaries are shorter than 35
+    tokens, so 35 would push half the outputs past their reference's length, while 20 is the
+    summaries' 5th percentile (docs/digests.md, benchmarks/digest_stats.py). No repeated-word
+    block (debian_pgn's): most digest summaries repeat a word ("library", "for") across their
+    sentences. Output text one sentence a line (decode.sentence_lines), as the references.
+
+    As the Debian corpus presets (the digests are made of its descriptions): a 5k vocab,
+    decode.replace_unk, a wall-clock budget, and the best checkpoint by validation ROUGE-Lsum
+    on 200 digests after the first 600 (the ones benchmarks/digest_table.py scores)."""
+    cfg.data.vocab_size = 5_000
+    cfg.data.max_enc_steps = 400
+    cfg.data.max_dec_steps = 100
+    cfg.train.batch_size = 16
+    cfg.train.max_steps = 1_000_000
+    cfg.train.max_minutes = minutes
+    cfg.train.eval_every = 500
+    cfg.train.eval_batches = 25
+    cfg.train.checkpoint_every = 500
+    cfg.train.select_by = "rouge"
+    cfg.train.eval_skip = 600
+    cfg.train.eval_rouge_examples = 200
+    cfg.decode.min_dec_steps = 20
+    cfg.decode.max_dec_steps = 120
+    cfg.decode.batch_size = 32
+    cfg.decode.replace_unk = True
+    cfg.decode.sentence_lines = True
+    return cfg
+
+
+def _digest_see(cfg: Config, minutes: float) -> Config:
+    """See et al.'s models on the digests, with debian_pgn's measured choices: LSTMs of H = 256
+    under 128-wide embeddings, dropout 0.3, Adam at 1e-3 on a cosine to 1e-4 over the phase,
+    batches bucketed by summary length, bf16 where the CPU multiplies it natively."""
+    cfg = _digest(cfg, minutes)
+    cfg.model.hidden_dim, cfg.model.emb_dim = 256, 128
+    cfg.model.dropout = 0.3
+    cfg.train.optimizer = "adam"
+    cfg.train.learning_rate = 1e-3
+    cfg.train.lr_schedule = "cosine"
+    cfg.train.mixed_precision = "auto"
+    cfg.data.bucket_by_summary_length = True
+    return cfg
+
+
+def digest_baseline() -> Config:
+    """See et al.'s baseline (no copying) on the digests, 45 minutes: digest_pgn's network and
+    budget without the pointer, so the two rows differ in copying only."""
+    return _digest_see(see2017_baseline(), 45)
+
+
+def digest_pgn() -> Config:
+    """See et al.'s pointer-generator on the digests, 45 minutes; digest_coverage adds the last
+    15 in the same model dir (the recipe's hour)."""
+    return _digest_see(see2017_pgn(), 45)
+
+
+def digest_coverage() -> Config:
+    """See et al.'s final phase on the digests: coverage switched on in digest_pgn's model dir,
+    15 minutes, a fresh Adam at 2e-4 (debian_coverage's rate: at 1e-3 the phase raised the
+    eval NLL on the Debian corpus)."""
+    cfg = digest_pgn()
+    cfg.model.coverage = True
+    cfg.train.max_minutes = 15
+    cfg.train.learning_rate = 2e-4
+    return cfg
+
+
+def digest_paulus() -> Config:
+    """Paulus et al. on the digests: ML for 40 minutes; `--set train.objective=mixed --set
+    train.max_minutes=20` in the same dir adds the RL phase (an hour in all). Encoder 2 x 128,
+    decoder 256 (digest_pgn's decoder width), embeddings 128. The paper's constant Adam at 1e-3,
+    summed NLL and trigram blocking in the beam (3% of the training summaries repeat a trigram,
+    docs/digests.md); the switch is not supervised (debian_paulus says why)."""
+    cfg = _digest(paulus2017(), 40)
+    cfg.model.hidden_dim, cfg.model.emb_dim = 128, 128
+    cfg.train.pointer_supervision = False
+    cfg.decode.beam_size = 4
+    return cfg
+
+
+def reference_onmt_digests() -> Config:
+    """reference_onmt at See et al.'s lengths and vocabulary on the digests, for
+    `benchmarks/compare_peer.py --corpus digests` (the peer's `PEER_CORPUS=digests`): articles
+    cut to 400 tokens, summaries to 100, a 50k vocab, batch 16; decoding with beam 4, batch 64,
+    at most 100 tokens and no minimum. The network sizes stay the reference's."""
+    cfg = reference_onmt()
+    cfg.data.vocab_size = 50_000
+    cfg.data.max_enc_steps = 400
+    cfg.data.max_dec_steps = 100
+    cfg.train.batch_size = 16
+    cfg.decode.max_dec_steps = 100
     return cfg
 
 
@@ -534,6 +669,11 @@ PRESETS = {
     "debian_abs": debian_abs,
     "reference_onmt": reference_onmt,
     "tiny": tiny,
+    "digest_baseline": digest_baseline,
+    "digest_pgn": digest_pgn,
+    "digest_coverage": digest_coverage,
+    "digest_paulus": digest_paulus,
+    "reference_onmt_digests": reference_onmt_digests,
 }
 
 

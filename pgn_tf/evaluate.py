@@ -3,12 +3,20 @@
     python -m pgn_tf.evaluate --model_dir DIR --data PATH [--limit N] [--beam_size K]
         [--output_dir OUT] [--set decode.block_trigrams=true]
     python -m pgn_tf.evaluate --baseline lead --lead_sentences 3 --data PATH   # no model
+    python -m pgn_tf.evaluate --baseline lead_blocks --data PATH   # digests: no model
+    python -m pgn_tf.evaluate --decoded OUT.txt --data PATH   # another system's outputs
 
 Reports ROUGE-1/2/Lsum F1 (rouge-score, stemmed, sentences on separate lines for rougeLsum,
 bootstrap 95% intervals), average summary length, % duplicate 1-4-grams and sentences (See et
 al. Fig. 4), % novel 1-4-grams w.r.t. the article (Fig. 6), mean p_gen, [UNK] rate (after and
 before decode.replace_unk), and the shares of outputs that repeat a token and that repeat a
-word (word tokens only, punctuation excluded), each beside the references' own rate.
+word (word tokens only, punctuation excluded), each beside the references' own rate. On
+digests (articles of blank-line-separated blocks, one reference line per block), the block
+measures of `pgn_tf.digest_metrics` too: blocks covered, sentences repeated, blocks revisited.
+Baselines without a model: `lead` (the first --lead_sentences sentences, or --lead_words
+words) and `lead_blocks` (the first sentence of each block the model would read).
+`--decoded FILE` scores another system's outputs instead (one summary a line, in the order of
+the data, retokenized with this project's tokenizer), every measure computed the same way.
 `--rouge_recall_bytes 75` adds DUC-style ROUGE recall of the decoded summaries cut to their first
 75 bytes (Rush et al. 2015's protocol). Writes decoded.jsonl, decoded.txt, reference.txt and
 metrics.json to --output_dir (default <model_dir>/eval_<split name>).
@@ -27,8 +35,8 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import objectives, progress, text
-from pgn_tf.data import dataset, tfrecord
+from pgn_tf import digest_metrics, objectives, progress, text
+from pgn_tf.data import dataset, jsonl, tfrecord
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
@@ -80,6 +88,22 @@ def lead(article_tokens: list[str], sentences: int | None, words: int | None) ->
             n += 1
             if n >= sentences:
                 break
+    return out
+
+
+def lead_blocks(block_tokens: list[list[str]], max_enc_steps: int) -> list[str]:
+    """The lead baseline that fits a digest: the first sentence of each block, of the blocks
+    within the first max_enc_steps article tokens (what a model reads), each ending in a
+    sentence-ending token ("." added where the block has none before the cut), so the output
+    has one sentence per block as the reference has."""
+    out, offset = [], 0
+    for block in block_tokens:
+        seen = block[: max(0, max_enc_steps - offset)]
+        offset += len(block)
+        if not seen:
+            break
+        first = digest_metrics.sentences(seen)[0]
+        out += first if first[-1] in text.SENTENCE_END_TOKENS else [*first, "."]
     return out
 
 
@@ -171,6 +195,10 @@ def score(decoded: list[list[str]], references: list[str], article_tokens: list[
     ref_stats = repetition_and_novelty(ref_tokens, article_tokens)
     metrics["reference_repeat_token_pct"] = ref_stats["repeat_token_outputs_pct"]
     metrics["reference_repeat_word_pct"] = ref_stats["repeat_word_outputs_pct"]
+    # See et al.'s Fig. 4 and 6 show the references' bars beside the models'
+    for key in [*(f"{k}_{n}gram_pct" for k in ("dup", "novel") for n in (1, 2, 3, 4)),
+                "dup_sentence_pct"]:
+        metrics[f"reference_{key}"] = ref_stats[key]
     if recall_bytes:
         cut = [tokens_to_sentences(truncate_bytes(d, recall_bytes)) for d in decoded]
         recall = rouge(cut, references, bootstrap, measure="recall")
@@ -252,24 +280,70 @@ def decode_examples(summarizer: Summarizer, examples: list[Example], batch_size:
     return tokens, (pgens if want_pgen else []), time.perf_counter() - t0, raw
 
 
+def article_blocks(examples: list[Example], references: list[str],
+                  cfg: config_lib.DataConfig) -> list[list[list[str]] | None]:
+    """Each digest's article blocks as tokens (digest_metrics.split_blocks, the model's
+    tokenizer); None for an example that is not a digest (digest_metrics.is_digest)."""
+    blocks = [digest_metrics.split_blocks(e.article) for e in examples]
+    keep = [digest_metrics.is_digest(b, [x for x in r.split("\n") if x.strip()])
+            for b, r in zip(blocks, references)]
+    flat = tokenize_texts([x for b, k in zip(blocks, keep) if k for x in b], cfg)
+    out, i = [], 0
+    for b, k in zip(blocks, keep):
+        out.append(flat[i : i + len(b)] if k else None)
+        i += len(b) if k else 0
+    return out
+
+
+BASELINES = ("lead", "lead_blocks")
+
+
+def read_decoded_file(path: str, n: int) -> list[str]:
+    """The first n lines of a file of summaries (one a line; .gz read compressed)."""
+    if not tf.io.gfile.exists(path):
+        raise UserError(f"--decoded {path} does not exist")
+    with jsonl.open_lines(path) as f:
+        lines = [raw.decode("utf-8", "replace").rstrip("\n") for raw in f]
+    if len(lines) < n:
+        raise UserError(f"--decoded {path} has {len(lines)} lines for {n} examples")
+    return lines[:n]
+
+
 def evaluate(args) -> dict:
-    if args.baseline and args.baseline != "lead":
-        raise UserError(f"unknown --baseline '{args.baseline}' (lead)")
-    if args.baseline:
+    if args.baseline and args.baseline not in BASELINES:
+        raise UserError(f"unknown --baseline '{args.baseline}' ({', '.join(BASELINES)})")
+    if args.baseline and args.decoded:
+        raise UserError("give --baseline or --decoded, not both")
+    no_model = bool(args.baseline or args.decoded)
+    if no_model:
         cfg = config_lib.Config()
         if args.model_dir:
             cfg = config_lib.load_from_model_dir(args.model_dir)
+        config_lib.apply_overrides(cfg, args.set)  # data.* choose the tokenizer and the cut
     else:
         if not args.model_dir:
-            raise UserError("--model_dir is required unless --baseline is given")
+            raise UserError("--model_dir is required unless --baseline or --decoded is given")
         summarizer = Summarizer.from_model_dir(args.model_dir, args.checkpoint)
         cfg = summarizer.cfg
         config_lib.apply_overrides(cfg, args.set)
     examples = read_split(args.data, args.data_format, args.limit)
     art_tokens = tokenize_texts([e.article for e in examples], cfg.data)
     references = [reference_text(e.summary, cfg.data) for e in examples]
+    blocks = article_blocks(examples, references, cfg.data)
     pgens: list[float] = []
-    if args.baseline:
+    if args.decoded:
+        decoded = tokenize_texts(read_decoded_file(args.decoded, len(examples)), cfg.data)
+        seconds = 0.0
+        name = "decoded"
+    elif args.baseline == "lead_blocks":
+        if not any(blocks):
+            raise UserError(f"--baseline lead_blocks needs digests (articles of blocks between "
+                            f"blank lines, one summary line per block); {args.data} has none")
+        decoded = [lead_blocks(b, cfg.data.max_enc_steps) if b else lead(a, 1, None)
+                   for a, b in zip(art_tokens, blocks)]
+        seconds = 0.0
+        name = "lead_blocks"
+    elif args.baseline:
         words = args.lead_words
         sentences = None if words is not None else args.lead_sentences
         decoded = [lead(a, sentences, words) for a in art_tokens]
@@ -284,9 +358,12 @@ def evaluate(args) -> dict:
     metrics = {"system": name, "examples": len(examples)}
     metrics.update(score(decoded, references, art_tokens, args.bootstrap,
                          args.rouge_recall_bytes))
-    if not args.baseline:
+    digest, per_digest = digest_metrics.score(
+        decoded, references, [[len(x) for x in b] if b else None for b in blocks],
+        cfg.data.max_enc_steps)
+    metrics.update(digest)
+    if not no_model:
         metrics["raw_unk_outputs_pct"] = _pct(["[UNK]" in t for t in raw])
-    if not args.baseline:
         metrics["perplexity"] = round(perplexity(summarizer.model, summarizer.vocab, cfg,
                                                  examples), 3)
     if pgens:
@@ -301,8 +378,12 @@ def evaluate(args) -> dict:
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "decoded.jsonl"), "w") as f:
-            for ex, d, r in zip(examples, decoded, references):
-                f.write(json.dumps({"id": ex.id, "decoded": " ".join(d), "reference": r}) + "\n")
+            for ex, d, r, g in zip(examples, decoded, references, per_digest):
+                row = {"id": ex.id, "decoded": " ".join(d), "reference": r}
+                if g:  # a digest's counts, for paired tests (digest_metrics.per_example_shares)
+                    row.update(blocks=g["blocks"], blocks_matched=g["matched"],
+                               sentences=g["sentences"], repeated_sentences=g["repeated"])
+                f.write(json.dumps(row) + "\n")
         with open(os.path.join(out_dir, "decoded.txt"), "w") as f:
             f.writelines(" ".join(d) + "\n" for d in decoded)
         with open(os.path.join(out_dir, "reference.txt"), "w") as f:
@@ -326,7 +407,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default="best",
                    help="best (default), latest, or a checkpoint path such as DIR/ckpt/ckpt-3000")
     p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE")
-    p.add_argument("--baseline", help="'lead': score the lead baseline instead of a model")
+    p.add_argument("--baseline", choices=BASELINES,
+                   help="score a baseline instead of a model: lead (--lead_sentences or "
+                        "--lead_words) or lead_blocks (digests: each block's first sentence)")
+    p.add_argument("--decoded", metavar="FILE",
+                   help="score these summaries (one a line, in the data's order) instead of a "
+                        "model's")
     p.add_argument("--lead_sentences", type=int, default=3)
     p.add_argument("--lead_words", type=int)
     p.add_argument("--bootstrap", type=int, default=1000)

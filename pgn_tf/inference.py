@@ -337,10 +337,11 @@ class Summarizer(_InProcessCalls, tf.Module):
                                                  feats["enc_ext_ids"], feats["enc_len"])
             tokens = tf.where(keep, vocab_lib.ids_to_words(replaced, self.words, feats["oovs"]),
                               "")
+        lines = dc.sentence_lines  # one sentence a line in the output text
         out = {
-            "summaries": text.detokenize(text.join_tokens(tokens, keep)),
+            "summaries": text.detokenize(text.join_tokens(tokens, keep, lines)),
             "tokens": tokens,
-            "raw_summaries": text.detokenize(text.join_tokens(raw_tokens, keep)),
+            "raw_summaries": text.detokenize(text.join_tokens(raw_tokens, keep, lines)),
             "raw_tokens": raw_tokens,
             "length": res["length"],
             "scores": res["score"],
@@ -364,7 +365,7 @@ def tokens_to_sentences(tokens: list[str]) -> str:
     lines, cur = [], []
     for t in tokens:
         cur.append(t)
-        if t in (".", "!", "?"):
+        if t in text.SENTENCE_END_TOKENS:
             lines.append(" ".join(cur))
             cur = []
     if cur:

@@ -74,11 +74,30 @@ def tokenize_py(text: str, lowercase: bool = True, replace_digits: bool = False)
     return [t.decode("utf-8") for t in tokens[0].numpy().tolist()]
 
 
-def join_tokens(tokens: tf.Tensor, mask: tf.Tensor | None = None) -> tf.Tensor:
-    """Space-joins tokens. tokens: string [batch, len]; mask: bool [batch, len] -> string [batch]."""
+# The tokens that end a sentence: rougeLsum's sentence lines and decode.sentence_lines split
+# after them (See et al. split their decoded summaries into sentences the same way).
+SENTENCE_END_TOKENS = (".", "!", "?")
+
+
+def join_tokens(tokens: tf.Tensor, mask: tf.Tensor | None = None,
+                sentence_lines: bool = False) -> tf.Tensor:
+    """Space-joins tokens. tokens: string [batch, len] (or ragged); mask: bool [batch, len] ->
+    string [batch]. sentence_lines: a newline instead of the space after each sentence-ending
+    token (SENTENCE_END_TOKENS), so a multi-sentence summary keeps one sentence a line."""
+    if sentence_lines:
+        def mark(t):  # a sentence-ending token carries the newline that follows it
+            end = tf.reduce_any(tf.equal(t[..., None], SENTENCE_END_TOKENS), axis=-1)
+            return tf.where(end, t + "\n", t)
+
+        tokens = (tf.ragged.map_flat_values(mark, tokens)
+                  if isinstance(tokens, tf.RaggedTensor) else mark(tokens))
     if mask is not None:
         tokens = tf.ragged.boolean_mask(tokens, mask)
-    return tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+    joined = tf.strings.reduce_join(tokens, axis=-1, separator=" ")
+    if sentence_lines:
+        joined = tf.strings.regex_replace(joined, "\n ", "\n")
+        joined = tf.strings.regex_replace(joined, "\n$", "")
+    return joined
 
 
 def detokenize(text: tf.Tensor) -> tf.Tensor:

@@ -81,3 +81,110 @@ def test_the_variant_lines_give_ratios_to_the_default_and_the_reference():
     assert line == ("variant xla: 3,000.0 source tokens/s, 0.5 s/step (float32), 1.50x the "
                     "default 0.50x the reference")
     assert compare_peer.variant_table(variants, default, {}).endswith("1.50x the default")
+
+
+# -- the digests mode and peak RSS ---------------------------------------------------------------
+
+def test_the_digest_mode_runs_both_systems_at_see_et_als_lengths(tmp_path, monkeypatch):
+    for name in ("train.jsonl.gz", "validation.jsonl.gz"):
+        (tmp_path / name).write_bytes(b"")
+    seen = {}
+
+    def ours(a, cfg, variants):
+        seen.update(config=a.config, data=cfg.data, decode=cfg.decode)
+        return {"figures": {"train_peak_rss_mib": 900.0}}
+
+    monkeypatch.setattr(compare_peer, "ours", ours)
+    result = compare_peer.run(compare_peer.build_parser().parse_args(
+        ["--skip_peer", "--corpus", "digests", "--data_dir", str(tmp_path),
+         "--work_dir", str(tmp_path / "w")]))
+    d = seen["data"]
+    assert seen["config"] == "reference_onmt_digests" == result["config"]
+    assert (d.max_enc_steps, d.max_dec_steps, d.vocab_size) == (400, 100, 50_000)
+    assert result["decode"] == {"beam": 4, "batch": 64, "max_tokens": 100, "train_steps": 1500}
+    assert result["corpus"] == "digests"
+    default = compare_peer.build_parser().parse_args(["--skip_peer", "--data_dir", "x"])
+    assert (default.corpus, default.config) == ("descriptions", None)
+    assert compare_peer.CORPORA["descriptions"]["max_tokens"] == 30
+
+
+def test_the_peer_is_told_its_corpus_and_its_figures_read(tmp_path):
+    # a stand-in bench.sh: the lines of the real one, and the corpus it was given
+    bench = tmp_path / "bench.sh"
+    bench.write_text("echo \"corpus=$PEER_CORPUS\"\ncat <<'OUT'\n" + OUTPUT + "OUT\n")
+    figures = compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), corpus="digests")
+    assert figures["decode_articles_per_sec"] == 86.6 and figures["params"] == 11480833
+    assert "train_peak_rss_mib" not in figures  # no onmt_train ran
+    bench.write_text("echo \"corpus=$PEER_CORPUS\"; exit 3\n")
+    with pytest.raises(UserError, match="(?s)exited with status 3.*corpus=digests"):
+        compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), corpus="digests")
+
+
+def test_a_peer_work_dir_holds_one_corpus(tmp_path):
+    from benchmarks.digest_table import claim_work_dir
+
+    claim_work_dir(str(tmp_path / "p"), "digests")
+    claim_work_dir(str(tmp_path / "p"), "digests")  # the same corpus again: fine
+    with pytest.raises(SystemExit, match="holds the digests corpus"):
+        claim_work_dir(str(tmp_path / "p"), "descriptions")
+
+
+def test_the_peers_processes_are_told_apart_by_their_command():
+    from benchmarks.peak_rss import onmt_phase
+
+    assert onmt_phase(["/w/venv/bin/python3", "/w/venv/bin/onmt_train", "-config", "x"]) \
+        == "training"
+    assert onmt_phase(["/w/venv/bin/python3", "/w/venv/bin/onmt_translate"]) == "decoding"
+    assert onmt_phase(["/w/venv/bin/python3", "/w/venv/bin/onmt_build_vocab"]) is None
+    assert onmt_phase(["bash", "bench.sh", "onmt_train"]) is None  # an argument, not the program
+    assert onmt_phase([]) is None
+
+
+def test_the_watcher_reads_a_child_processes_peak(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from benchmarks import peak_rss
+
+    # A stand-in onmt_train: touches 120 MiB, frees it, then waits for its stdin to close.
+    script = tmp_path / "onmt_train"
+    script.write_text("import sys\nb = bytearray(120 * 2**20)\nfor i in range(0, len(b), 4096):"
+                      "\n    b[i] = 1\ndel b\nprint('ready', flush=True)\nsys.stdin.read()\n")
+    proc = subprocess.Popen(["bash", "-c", f"{sys.executable} {script}"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    with peak_rss.TreeWatcher(proc.pid, peak_rss.onmt_phase, interval=0.05) as watcher:
+        assert proc.stdout.readline() == "ready\n"  # its peak is behind it, its RSS low
+        deadline = time.monotonic() + 60
+        while "training" not in watcher.peaks() and time.monotonic() < deadline:
+            watcher.poll()
+        proc.stdin.close()
+        proc.wait()
+    assert watcher.peaks()["training"] >= 120  # VmHWM: the peak, not the RSS when read
+    assert set(watcher.peaks()) == {"training"}
+
+
+def test_this_processes_peak_can_be_reset_to_now():
+    from benchmarks import peak_rss
+
+    b = bytearray(200 * 2**20)
+    for i in range(0, len(b), 4096):
+        b[i] = 1
+    before = peak_rss.status_kib("self", "VmHWM")
+    del b  # a large buffer goes back to the kernel: RSS falls, the peak stays
+    # (within the kernel's per-thread RSS counter caching: a few hundred KiB)
+    after = peak_rss.status_kib("self", "VmHWM")
+    assert before - 2048 <= after <= before
+    assert peak_rss.status_kib("self", "VmRSS") < after - 150 * 1024
+    if peak_rss.reset_peak():
+        assert peak_rss.status_kib("self", "VmHWM") < before - 150 * 1024
+    else:  # a kernel that refuses the reset leaves the peak as it was
+        assert peak_rss.status_kib("self", "VmHWM") >= before - 2048
+    assert peak_rss.peak_mib() > 0
+
+
+def test_a_failing_decoding_child_says_why(tmp_path):
+    job = {"config": "tiny", "set": [], "model_dir": str(tmp_path / "none"),
+           "checkpoint": "x", "data": str(tmp_path / "none.jsonl"), "max_tokens": 30}
+    with pytest.raises(UserError, match="(?s)decoding child failed.*does not exist"):
+        compare_peer.decoding_in_child(job)

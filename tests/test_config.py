@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -250,3 +251,71 @@ def test_the_old_name_of_eval_skip_still_reads():
     cfg = config.resolve("tiny", ["train.eval_rouge_skip=1500"])
     assert cfg.train.eval_skip == 1500
     assert config.Config.from_dict({"train": {"eval_rouge_skip": 7}}).train.eval_skip == 7
+
+
+PAPERS = ("see2017_baseline", "see2017_pgn", "see2017_coverage", "paulus2017", "rush2015_abs")
+
+
+@pytest.mark.parametrize("name", PAPERS)
+def test_the_papers_presets_decode_as_the_papers(name):
+    """None of the papers replaces an output [UNK] by a source word, in decoding or in the RL
+    reward (docs/presets.md)."""
+    cfg = config.resolve(name)
+    assert not cfg.decode.replace_unk and not cfg.replaces_unk()
+    assert not cfg.decode.block_repeated_words
+
+
+def test_rush2015_abs_holds_the_papers_vocabulary_and_search():
+    """Section 7.1: words seen fewer than 5 times are [UNK]; sections 2 and 4: a fixed output
+    length (the Gigaword title's), [STOP] never emitted."""
+    cfg = config.resolve("rush2015_abs")
+    assert (cfg.data.min_count, cfg.decode.fixed_length) == (5, 8)
+    abs_ = config.resolve("debian_abs")  # the measured runs' settings stay the corpus preset's
+    assert (abs_.data.min_count, abs_.decode.fixed_length) == (1, 0)
+    assert abs_.decode.replace_unk
+
+
+@pytest.mark.parametrize("name", ["debian_baseline", "debian_pgn", "debian_coverage",
+                                  "debian_paulus", "debian_abs", "reference_onmt", "tiny",
+                                  "digest_baseline", "digest_pgn", "digest_coverage",
+                                  "digest_paulus", "reference_onmt_digests"])
+def test_the_corpus_presets_keep_this_projects_unk_replacement(name):
+    cfg = config.resolve(name)
+    assert cfg.replaces_unk() and cfg.train.reward_replace_unk
+
+
+def test_the_digest_presets_run_at_see_et_als_lengths_within_their_budgets():
+    names = ("digest_baseline", "digest_pgn", "digest_coverage", "digest_paulus")
+    for name in names:
+        cfg = config.resolve(name)
+        assert (cfg.data.max_enc_steps, cfg.data.max_dec_steps) == (400, 100), name
+        # 20: the training summaries' 5th percentile (See et al.'s 35 is their median)
+        assert (cfg.decode.min_dec_steps, cfg.decode.max_dec_steps) == (20, 120), name
+        assert cfg.decode.sentence_lines and not cfg.decode.block_repeated_words, name
+        assert (cfg.train.select_by, cfg.train.eval_skip) == ("rouge", 600), name
+    minutes = {n: config.resolve(n).train.max_minutes for n in names}
+    assert minutes == {"digest_baseline": 45, "digest_pgn": 45, "digest_coverage": 15,
+                       "digest_paulus": 40}
+    base, pgn, cov = (config.resolve(n) for n in names[:3])
+    assert not base.model.pointer_gen and pgn.model.pointer_gen and cov.model.coverage
+    assert base.model == dataclasses.replace(pgn.model, pointer_gen=False)
+    paulus = config.resolve("digest_paulus")
+    assert paulus.model.model_type == "deep_reinforced" and paulus.decode.block_trigrams
+
+
+def test_reference_onmt_digests_holds_the_peers_digest_sizes():
+    """bench.sh with PEER_CORPUS=digests: article 400, summary 100, vocab 50k, batch 16,
+    decoding at most 100 tokens; the reference's network sizes."""
+    cfg, ref = config.resolve("reference_onmt_digests"), config.resolve("reference_onmt")
+    d = cfg.data
+    assert (d.vocab_size, d.max_enc_steps, d.max_dec_steps) == (50_000, 400, 100)
+    assert cfg.train.batch_size == 16 and cfg.model == ref.model
+    assert (cfg.decode.beam_size, cfg.decode.batch_size, cfg.decode.min_dec_steps,
+            cfg.decode.max_dec_steps) == (4, 64, 0, 100)
+
+
+def test_a_model_dir_config_from_before_sentence_lines_loads_with_one_line_output(tmp_path):
+    cfg = config.tiny().to_dict()
+    del cfg["decode"]["sentence_lines"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert config.load_from_model_dir(str(tmp_path)) == config.tiny()

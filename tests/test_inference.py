@@ -13,7 +13,7 @@ from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
 from pgn_tf.decoding.beam_search import beam_search
 from pgn_tf.errors import UserError
-from pgn_tf.inference import Summarizer, is_word
+from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.models import build_model
 from tests.decoding.see_reference import see_beam_search
@@ -246,3 +246,21 @@ def test_summarize_cli_with_explain(trained_model_dir, summarizer, validation, t
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"pgn_tf.summarize: error: model dir {tmp_path / 'none'} does not exist"]
     assert not (tmp_path / "none").exists()  # reading a model dir never creates one
+
+
+def test_sentence_lines_give_one_sentence_a_line(summarizer, validation):
+    s = Summarizer(summarizer.model, summarizer.vocab, copy.deepcopy(summarizer.cfg))
+    s.cfg.decode.fixed_length = 16  # past the first sentence's end: more than one sentence
+    articles = tf.constant([e.article for e in validation])
+    flat = s.summarize(articles)["summaries"].numpy()
+    s.cfg.decode.sentence_lines = True
+    out = s.summarize(articles)
+    lines = 0
+    for summary, one, toks, n in zip(out["summaries"].numpy(), flat, out["tokens"].numpy(),
+                                     out["length"].numpy()):
+        want = tokens_to_sentences([t.decode() for t in toks[:n]]).split("\n")
+        got = summary.decode().split("\n")
+        assert len(got) == len(want)  # a line per sentence, as rougeLsum reads them
+        assert " ".join(got) == one.decode()  # the same text, a newline after each sentence
+        lines += len(got)
+    assert lines > len(validation)  # some summary has two sentences or more

@@ -118,18 +118,23 @@ def test_reward_replaces_unk_with_the_attended_source_word_as_decoding_does():
 def test_build_replaces_unk_in_the_reward_where_decoding_does():
     from pgn_tf import config
 
-    cfg = config.see2017_coverage()
+    cfg = config.debian_coverage()  # a corpus preset: this project's replace_unk
     cfg.train.objective = "mixed"
     assert objectives.build(cfg).replace_unk
     for key, value in (("train.reward_replace_unk", False), ("decode.replace_unk", False),
                        ("decode.avoid_unk", True)):
         section, name = key.split(".")
-        off = config.see2017_coverage()
+        off = config.debian_coverage()
         off.train.objective = "mixed"
         setattr(getattr(off, section), name, value)
         assert not objectives.build(off).replace_unk, key
-    bow = config.resolve("rush2015_abs", ["model.abs_encoder=bow", "train.objective=mixed"])
+    bow = config.resolve("debian_abs", ["model.abs_encoder=bow", "train.objective=mixed"])
     assert not objectives.build(bow).replace_unk  # no attention to read a source word from
+    # the papers' presets: neither decoding nor the reward replaces [UNK] (none of the papers
+    # does)
+    for name in ("see2017_coverage", "paulus2017", "rush2015_abs"):
+        paper = config.resolve(name, ["train.objective=mixed"])
+        assert not objectives.build(paper).replace_unk, name
 
 
 def teacher_forced_batch(f: dict, sampled: dict, steps: int) -> dict:

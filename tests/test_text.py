@@ -40,3 +40,22 @@ def test_graph_uses_core_ops_only():
     ops = {op.type for op in graph.get_operations()}
     core = set(tf.raw_ops.__dict__)
     assert ops <= core | {"Placeholder", "Const", "Identity", "NoOp"}, ops - core
+
+
+def test_sentence_lines_keep_one_sentence_a_line():
+    tokens = tf.constant([["it", "'s", "fine", ".", "next", "one", "!", "x", "?"],
+                          ["a", ".", ".", "b", "", "", "", "", ""],
+                          ["no", "end", "", "", "", "", "", "", ""]])
+    mask = tf.not_equal(tokens, "")
+    lines = text.detokenize(text.join_tokens(tokens, mask, sentence_lines=True)).numpy()
+    assert [x.decode() for x in lines] == ["it's fine.\nnext one!\nx?", "a.\n.\nb", "no end"]
+    # the same lines as rougeLsum's (inference.tokens_to_sentences), one per sentence
+    from pgn_tf.inference import tokens_to_sentences
+
+    assert tokens_to_sentences(["a", ".", ".", "b"]).count("\n") == lines[1].count(b"\n")
+    # off: one line, as before
+    one = text.detokenize(text.join_tokens(tokens, mask)).numpy()[0].decode()
+    assert one == "it's fine. next one! x?"
+    ragged = text.join_tokens(tf.ragged.constant([["a", ".", "b"], ["c", "."]]),
+                              sentence_lines=True).numpy()
+    assert ragged.tolist() == [b"a .\nb", b"c ."]
