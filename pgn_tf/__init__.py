@@ -21,6 +21,7 @@ _EXPORTS = {
     "Summarizer": ("pgn_tf.inference", "Summarizer"),
     "SavedModelSummarizer": ("pgn_tf.inference", "SavedModelSummarizer"),
     "config": ("pgn_tf.config", None),
+    "objectives": ("pgn_tf.objectives", None),
     "Config": ("pgn_tf.config", "Config"),
     "build_model": ("pgn_tf.models", "build_model"),
     "PointerGenerator": ("pgn_tf.models.pointer_generator", "PointerGenerator"),
