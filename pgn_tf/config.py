@@ -106,6 +106,12 @@ class ModelConfig:
     abs_conv_layers: PositiveInt = 3  # L, convolutional encoder
     # layer normalisation before each convolution's tanh (not in the paper; ABSEncoder says why)
     abs_conv_norm: bool = False
+    # How the LSTMs run and the loss is differentiated (pgn_tf.ops): "fused" (one loop for both
+    # encoder directions, gradients written out; faster on CPUs, docs/performance.md), "keras"
+    # (the Keras layers, cuDNN on a GPU, every layer option honoured; autodiff), "auto" (keras
+    # where a GPU is visible, else fused; train logs the choice). The same variables either way:
+    # a checkpoint trained with one restores into the other.
+    rnn_impl: Literal["auto", "fused", "keras"] = "auto"
 
     def attends_to_source(self) -> bool:
         """Whether the model's attention points at source words (what decode.replace_unk and

@@ -262,7 +262,8 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, quiet: bool) -> dict:
                if plan.fresh else "resumed from")
         print(f"[pgn_tf] {how} {trainer.restored_from} (step {int(trainer.step.numpy())})")
     print(f"[pgn_tf] {strategy.num_replicas_in_sync} replica(s); "
-          f"{trainer.model.count_params():,} parameters; vocab {vocab.size}")
+          f"{trainer.model.count_params():,} parameters; vocab {vocab.size}; "
+          f"model.rnn_impl {trainer.model.rnn_impl}")
     result = loop.fit(trainer, verbose=0 if quiet else 1)
     if is_chief:
         write_json(os.path.join(mdir.path, "train_result.json"), result)

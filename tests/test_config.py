@@ -77,6 +77,7 @@ CHOICES = {"model.model_type": ("pointer_generator", "deep_reinforced", "abs"),
            "model.abs_encoder": ("bow", "conv", "attention"),
            "train.optimizer": ("adagrad", "adam", "sgd"),
            "train.objective": ("ml", "mixed", "rl"),
+           "model.rnn_impl": ("auto", "fused", "keras"),
            "train.mixed_precision": ("", "auto", "mixed_bfloat16")}
 
 
