@@ -78,7 +78,7 @@ CHOICES = {"model.model_type": ("pointer_generator", "deep_reinforced", "abs"),
            "train.optimizer": ("adagrad", "adam", "sgd"),
            "train.objective": ("ml", "mixed", "rl"),
            "model.rnn_impl": ("auto", "fused", "keras"),
-           "train.mixed_precision": ("", "auto", "mixed_bfloat16")}
+           "train.mixed_precision": ("", "auto", "mixed_bfloat16", "mixed_float16")}
 
 
 @pytest.mark.parametrize("key", sorted(CHOICES))
