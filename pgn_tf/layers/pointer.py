@@ -54,10 +54,10 @@ def scatter_copy(attn: tf.Tensor, enc_ext_ids: tf.Tensor, ext_size,
     """sum_{i: w_i = w} a_i for every w of the extended vocab.
 
     attn: float [batch, src_len]; enc_ext_ids: int32 [batch, src_len] -> float [batch, ext_size].
-    fused (model.rnn_impl = "fused"): a weighted bincount per row (duplicates add up), on CPU
-    about half the time of the equivalent scatter of [B, L] updates (docs/performance.md),
-    whose gradient TF lacks (pgn_tf.ops.bincount_grad registers it); else an unsorted segment
-    sum over the flattened rows, differentiated by TF.
+    fused (model.rnn_impl = "fused"): a weighted bincount per row (duplicates add up), faster
+    on CPU than the equivalent scatter of [B, L] updates (docs/performance.md), whose gradient
+    TF lacks (pgn_tf.ops.bincount_grad registers it); else an unsorted segment sum over the
+    flattened rows, differentiated by TF.
     """
     ids = tf.cast(enc_ext_ids, tf.int32)
     if fused:
