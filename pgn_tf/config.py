@@ -106,6 +106,12 @@ class ModelConfig:
     abs_conv_layers: PositiveInt = 3  # L, convolutional encoder
     # layer normalisation before each convolution's tanh (not in the paper; ABSEncoder says why)
     abs_conv_norm: bool = False
+    # How the LSTMs run and the loss is differentiated (pgn_tf.ops): "fused" (one loop for both
+    # encoder directions, gradients written out; faster on CPUs, docs/performance.md), "keras"
+    # (the Keras layers, cuDNN on a GPU, every layer option honoured; autodiff), "auto" (keras
+    # where a GPU is visible, else fused; train logs the choice). The same variables either way:
+    # a checkpoint trained with one restores into the other.
+    rnn_impl: Literal["auto", "fused", "keras"] = "auto"
 
     def attends_to_source(self) -> bool:
         """Whether the model's attention points at source words (what decode.replace_unk and
@@ -175,13 +181,15 @@ class TrainConfig:
     # stop (an error) after this many non-finite steps in a row
     max_nonfinite_steps: PositiveInt = 20
     seed: int = 1234
-    # "" (float32) or "mixed_bfloat16": Keras mixed precision, bf16 compute with float32
-    # variables and float32 losses (bf16 needs no loss scaling). "auto" is mixed_bfloat16 where
-    # the device multiplies bf16 natively (pgn_tf.hardware), float32 elsewhere. Off by default
+    # "" (float32), "mixed_bfloat16" or "mixed_float16": Keras mixed precision, bf16 / float16
+    # compute with float32 variables and float32 losses (float16 with Keras's dynamic loss
+    # scaling; bf16 needs none). "auto" (pgn_tf.hardware.choose_policy): on a GPU (compute
+    # capability >= 7.0) mixed_float16, not measured here; without one mixed_bfloat16 where
+    # the CPU multiplies bf16 natively, float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it
     # makes 1.31x faster at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in
     # reference_onmt (1.15x on top of summary-length buckets, docs/performance.md).
-    mixed_precision: Literal["", "auto", "mixed_bfloat16"] = ""
+    mixed_precision: Literal["", "auto", "mixed_bfloat16", "mixed_float16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).
     # One replica, objective "ml" and the pointer_generator model only (the rewards of "mixed"

@@ -173,7 +173,7 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         # Inference only: no gradient functions in the archive (the encoder's recurrence has
-        # a written-out backward pass, layers.encoder.lstm_recurrence, whose function reads
+        # a written-out backward pass, pgn_tf.ops.lstm_recurrence, whose function reads
         # the forward loop's saved activations and cannot be serialized on its own).
         build_archive(summarizer, limits).write_out(
             tmp, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),

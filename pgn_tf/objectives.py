@@ -62,7 +62,8 @@ def coverage_term(attn: tf.Tensor, coverage: tf.Tensor, lengths: tf.Tensor) -> t
     return sequence_nll(-step_loss, lengths, "mean")
 
 
-def switch_supervised_log_probs(outputs: dict, batch: dict, vocab_size: int) -> tf.Tensor:
+def switch_supervised_log_probs(outputs: dict, batch: dict, vocab_size: int,
+                                fused: bool = True) -> tf.Tensor:
     """log p(u*_t) + log p(y*_t | u*_t) of every target step, float32 [B, T].
 
     Paulus et al. provide "the ground-truth value for u_t and the corresponding i index of the
@@ -71,12 +72,13 @@ def switch_supervised_log_probs(outputs: dict, batch: dict, vocab_size: int) -> 
     named-entity case needs a tagger and is not implemented). Here u*_t = 1 exactly when the
     target id is an article OOV (id >= V), with i* its first occurrence in the article, so
         u* = 1: log p(u=1) + log a_{t,i*}          u* = 0: log p(u=0) + log p_vocab(y*_t).
-    `p_gen_logit` is the logit of p(u=0) (the generation probability)."""
+    `p_gen_logit` is the logit of p(u=0) (the generation probability); fused: the model's
+    rnn_impl is "fused" (pointer.vocab_log_prob's)."""
     target = tf.cast(batch["target"], tf.int32)
     logits = tf.cast(outputs["logits"], tf.float32)
     z = tf.cast(outputs["p_gen_logit"], tf.float32)
     in_vocab = target < vocab_size
-    log_vocab = tf.math.log_sigmoid(z) + pointer.vocab_log_prob(logits, target)
+    log_vocab = tf.math.log_sigmoid(z) + pointer.vocab_log_prob(logits, target, fused)
     ext = tf.cast(batch["enc_ext_ids"], tf.int32)  # [B, L]
     hit = tf.equal(ext[:, None, :], target[:, :, None])  # [B, T, L]
     first = tf.argmax(tf.cast(hit, tf.int32), axis=-1, output_type=tf.int32)  # [B, T]
@@ -162,7 +164,8 @@ class MaximumLikelihood:
         outputs = model(batch, training=training)
         lengths = batch["dec_len"]
         if self.pointer_supervision and model.pointer_gen:
-            log_p = switch_supervised_log_probs(outputs, batch, model.vocab_size)
+            log_p = switch_supervised_log_probs(outputs, batch, model.vocab_size,
+                                                model.rnn_impl == "fused")
         else:
             log_p = model.token_log_probs(batch, outputs)
         terms = {"nll": sequence_nll(log_p, lengths, self.reduction)}

@@ -262,8 +262,10 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, quiet: bool) -> dict:
         how = ("continues with a fresh optimizer (coverage conversion or a new objective) from"
                if plan.fresh else "resumed from")
         print(f"[pgn_tf] {how} {trainer.restored_from} (step {int(trainer.step.numpy())})")
+    scaling = " with loss scaling" if trainer.loss_scaling else ""
     print(f"[pgn_tf] {strategy.num_replicas_in_sync} replica(s); "
-          f"{trainer.model.count_params():,} parameters; vocab {vocab.size}")
+          f"{trainer.model.count_params():,} parameters; vocab {vocab.size}; "
+          f"model.rnn_impl {trainer.model.rnn_impl}; precision {trainer.precision}{scaling}")
     result = loop.fit(trainer, verbose=0 if quiet else 1)
     if is_chief:
         write_json(os.path.join(mdir.path, "train_result.json"), result)

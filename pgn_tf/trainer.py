@@ -64,13 +64,20 @@ def barrier(strategy: tf.distribute.Strategy) -> None:
                                         axis=None))()
 
 
-def clip_and_guard(grads, norm, finite, max_norm: float, n: int = 1):
+def clip_and_guard(grads, norm, finite, max_norm: float, n: int = 1, loss_scaled: bool = False):
     """The gradients to apply: clipped to max_norm (train.max_grad_norm; See et al.: 2.0; 0: no
     clip) by their global norm `norm`, divided by the n replicas (Keras sums them again), and
     zero where the step is not finite (`finite`, a bool scalar). IndexedSlices stay sparse. A
     non-finite step is dropped: for SGD and Adagrad the weights do not move; Adam's momentum
     still carries them one step. The loop counts such steps and stops on a streak
     (train.max_nonfinite_steps).
+
+    loss_scaled: the gradients are those of a loss scaled by a keras LossScaleOptimizer (float16,
+    `apply_guarded`), which divides them by its scale when it applies them and skips a step
+    whose gradients are not all finite, halving its scale. A non-finite step then hands on NaNs
+    instead of zeros, so the optimizer sees the step the guard dropped as the overflow it is:
+    it applies nothing (Adam's moments included) and lowers the scale. One test of finiteness
+    for both, the guard's.
 
     One multiply per gradient by a scalar that folds the clip and 1/n together, under a
     tf.cond that hands on the zeros instead when the step is not finite: clip_by_global_norm,
@@ -86,9 +93,37 @@ def clip_and_guard(grads, norm, finite, max_norm: float, n: int = 1):
             return values  # nothing to scale
         return [v * tf.cast(factor, v.dtype) for v in values]
 
-    out = tf.cond(finite, scaled, lambda: [tf.zeros_like(v) for v in values])
+    def dropped():
+        if loss_scaled:
+            return [tf.fill(tf.shape(v), tf.constant(float("nan"), v.dtype)) for v in values]
+        return [tf.zeros_like(v) for v in values]
+
+    out = tf.cond(finite, scaled, dropped)
     return [tf.IndexedSlices(v, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
             else v for g, v in zip(grads, out)]
+
+
+def scale_loss(optimizer, loss):
+    """loss times the optimizer's loss scale (a keras LossScaleOptimizer's), else loss: what
+    the tape differentiates."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer.scale_loss(loss)
+    return loss
+
+
+def apply_guarded(optimizer, grads, variables, loss, max_norm: float, n: int = 1):
+    """Applies the gradients of `scale_loss(optimizer, loss)` (all-reduced over the n replicas
+    already) through `clip_and_guard`; returns (global norm of the unscaled gradients, whether
+    the step was finite). Under a LossScaleOptimizer the norm is divided by its scale before
+    the clip (the scaled gradients go to the optimizer, which unscales them)."""
+    norm = tf.linalg.global_norm(grads)
+    loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    if loss_scaled:
+        norm = norm / optimizer.dynamic_scale
+    finite = tf.math.is_finite(norm) & tf.math.is_finite(loss)
+    grads = clip_and_guard(grads, norm, finite, max_norm, n, loss_scaled)
+    optimizer.apply_gradients(zip(grads, variables))
+    return norm, finite
 
 
 class Trainer:
@@ -126,6 +161,7 @@ class Trainer:
             raise UserError(f"train.jit_compile compiles a one-replica step; this strategy has "
                             f"{n} replicas (train on one device, or leave jit_compile off)")
         self.precision = hardware.mixed_precision_policy(tcfg.mixed_precision)  # the Keras policy
+        self.loss_scaling = hardware.needs_loss_scaling(self.precision)
         with strategy.scope():
             keras.utils.set_random_seed(tcfg.seed)
             # Layers take the policy when built; restore it after, so nothing else inherits it.
@@ -135,10 +171,18 @@ class Trainer:
                 self.model = build_model(cfg.model, vocab.size)
             finally:
                 keras.mixed_precision.set_global_policy(previous)
-            self.optimizer = make_optimizer(tcfg)
+            self.inner_optimizer = make_optimizer(tcfg)
+            # float16: Keras's dynamic loss scaling (its overflow skip is the NaN guard's,
+            # clip_and_guard); the checkpoint keeps the inner optimizer under "optimizer" and
+            # the scale apart, so runs of either precision resume each other's checkpoints.
+            self.optimizer = (keras.optimizers.LossScaleOptimizer(self.inner_optimizer)
+                              if self.loss_scaling else self.inner_optimizer)
             self.optimizer.build(self.model.trainable_variables)
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-            self.ckpt = tf.train.Checkpoint(step=self.step, model=self.model, optimizer=self.optimizer)
+            self._saved = dict(step=self.step, model=self.model, optimizer=self.inner_optimizer)
+            if self.loss_scaling:
+                self._saved["loss_scale"] = self.optimizer
+            self.ckpt = tf.train.Checkpoint(**self._saved)
         self.manager = tf.train.CheckpointManager(
             self.ckpt, mdir.ckpt_dir, max_to_keep=tcfg.keep_checkpoints, checkpoint_name="ckpt")
         self.best_manager = tf.train.CheckpointManager(
@@ -168,7 +212,13 @@ class Trainer:
             return None
         tcfg = self.cfg.train
         if not self.fresh_optimizer:
-            self.ckpt.restore(latest).assert_existing_objects_matched()
+            ckpt = self.ckpt
+            if self.loss_scaling and not any(name.startswith("loss_scale/") for name, _ in
+                                             tf.train.list_variables(latest)):
+                # written without loss scaling: the scale starts at its initial value
+                ckpt = tf.train.Checkpoint(**{k: v for k, v in self._saved.items()
+                                              if k != "loss_scale"})
+            ckpt.restore(latest).assert_existing_objects_matched()
             # The config, not the checkpoint, sets the learning rate (Keras 3 checkpoints it),
             # except where training halves it on plateaus: then the halved value carries on.
             if tcfg.lr_halving == "none":
@@ -219,18 +269,16 @@ class Trainer:
         with tf.GradientTape() as tape:
             terms = self.objective(model, batch, training=True)
             loss = tf.nn.compute_average_loss(terms["total"], global_batch_size=self.global_batch)
+            scaled_loss = scale_loss(opt, loss)
         variables = model.trainable_variables
-        grads = tape.gradient(loss, variables)
+        grads = tape.gradient(scaled_loss, variables)
         n = self.strategy.num_replicas_in_sync
         if n > 1:
             # Clip the *global* gradient (See et al.: norm 2.0): sum replicas first. Keras sums
             # across replicas again inside apply_gradients, so hand it 1/n of the reduced value.
             grads = tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM,
                                                                     grads)
-        norm = tf.linalg.global_norm(grads)
-        finite = tf.math.is_finite(norm) & tf.math.is_finite(loss)
-        grads = clip_and_guard(grads, norm, finite, tcfg.max_grad_norm, n)
-        opt.apply_gradients(zip(grads, variables))
+        norm, finite = apply_guarded(opt, grads, variables, loss, tcfg.max_grad_norm, n)
         scale = 1.0 / self.global_batch
         report = {
             "loss": loss,

@@ -78,7 +78,8 @@ CHOICES = {"model.model_type": ("pointer_generator", "deep_reinforced", "abs"),
            "model.abs_encoder": ("bow", "conv", "attention"),
            "train.optimizer": ("adagrad", "adam", "sgd"),
            "train.objective": ("ml", "mixed", "rl"),
-           "train.mixed_precision": ("", "auto", "mixed_bfloat16")}
+           "model.rnn_impl": ("auto", "fused", "keras"),
+           "train.mixed_precision": ("", "auto", "mixed_bfloat16", "mixed_float16")}
 
 
 @pytest.mark.parametrize("key", sorted(CHOICES))

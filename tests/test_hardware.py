@@ -3,40 +3,49 @@ import tensorflow as tf
 
 from pgn_tf import hardware
 
-
-@pytest.fixture
-def machine(monkeypatch):
-    """Sets what pgn_tf.hardware sees: the CPU's flags and the GPUs' compute capabilities."""
-
-    def set_machine(flags, gpus=()):
-        monkeypatch.setattr(hardware, "cpu_flags", lambda: flags)
-        monkeypatch.setattr(tf.config, "list_physical_devices",
-                            lambda kind=None: list(gpus) if kind == "GPU" else [])
-        monkeypatch.setattr(tf.config.experimental, "get_device_details",
-                            lambda gpu: {"compute_capability": gpu})
-
-    return set_machine
+BF16_CPU = frozenset({"avx2", "avx512f", "avx512_bf16"})
 
 
 @pytest.mark.parametrize("flags, gpus, expected", [
-    (frozenset({"avx2", "avx512f", "avx512_bf16"}), (), "mixed_bfloat16"),
+    (BF16_CPU, (), "mixed_bfloat16"),
     (frozenset({"avx2", "amx_bf16"}), (), "mixed_bfloat16"),
     (frozenset({"avx2", "avx512f"}), (), "float32"),  # bf16 emulated: no gain
     (None, (), "float32"),  # flags unreadable
-    (frozenset({"avx512_bf16"}), ((7, 5),), "float32"),  # the GPU trains, and it lacks bf16
-    (frozenset(), ((9, 0),), "mixed_bfloat16"),
+    # a GPU trains: float16 with loss scaling from Volta's tensor cores (7.0) on, whatever the
+    # CPU; the lowest GPU decides (MirroredStrategy runs on all)
+    (BF16_CPU, ((7, 0),), "mixed_float16"),
+    (frozenset(), ((9, 0),), "mixed_float16"),
+    (frozenset(), ((8, 0), (8, 6)), "mixed_float16"),
+    (BF16_CPU, ((6, 1),), "float32"),  # Pascal: no float16 tensor cores
+    (frozenset(), ((8, 0), (6, 1)), "float32"),
 ])
-def test_auto_picks_bfloat16_only_where_it_is_native(machine, flags, gpus, expected):
-    machine(flags, gpus)
-    assert hardware.mixed_precision_policy("auto") == expected
+def test_auto_policy_is_a_function_of_the_devices(flags, gpus, expected):
+    assert hardware.choose_policy("auto", gpus, flags) == expected
+    assert hardware.needs_loss_scaling(expected) == (expected == "mixed_float16")
 
 
-def test_explicit_settings_are_kept_whatever_the_machine(machine):
-    machine(frozenset({"avx512_bf16"}))
-    assert hardware.mixed_precision_policy("") == "float32"
-    assert hardware.mixed_precision_policy("mixed_bfloat16") == "mixed_bfloat16"
-    with pytest.raises(ValueError, match="unknown train.mixed_precision 'mixed_float16'"):
-        hardware.mixed_precision_policy("mixed_float16")
+def test_explicit_settings_are_kept_whatever_the_machine():
+    for gpus in ((), ((9, 0),)):
+        assert hardware.choose_policy("", gpus, BF16_CPU) == "float32"
+        for policy in ("mixed_bfloat16", "mixed_float16"):
+            assert hardware.choose_policy(policy, gpus, frozenset()) == policy
+    with pytest.raises(ValueError, match="unknown train.mixed_precision 'float16'"):
+        hardware.choose_policy("float16", (), None)
+    assert not hardware.needs_loss_scaling("mixed_bfloat16")
+
+
+def test_the_machine_is_read_from_tf_and_proc(monkeypatch):
+    """mixed_precision_policy asks TF for the GPUs' compute capabilities and /proc for the CPU's
+    flags, and hands them to choose_policy."""
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: BF16_CPU)
+    monkeypatch.setattr(tf.config, "list_physical_devices",
+                        lambda kind=None: ["gpu0"] if kind == "GPU" else [])
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda gpu: {"compute_capability": (8, 6)})
+    assert hardware.gpu_capabilities() == [(8, 6)]
+    assert hardware.mixed_precision_policy("auto") == "mixed_float16"
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])
+    assert hardware.mixed_precision_policy("auto") == "mixed_bfloat16"
 
 
 def test_the_policies_match_the_config_choices():

@@ -183,6 +183,33 @@ def test_time_budget_and_bfloat16_mixed_precision(tmp_path, corpus):
     assert all(d == tf.float32 for n, d in dtypes.items() if "embeddings" in n)
 
 
+def test_float16_on_the_keras_path_resumes_as_float32_on_the_fused_one(tmp_path, corpus):
+    """train.mixed_precision=mixed_float16 (what `auto` picks on a GPU) with Keras's loss
+    scaling and model.rnn_impl=keras, forced here on the CPU: finite losses, float32 variables,
+    the loss scale checkpointed apart from the optimizer; the same model dir then resumes in
+    float32 on the fused path (the same variables) and back, each run logging its choices."""
+    common = ["--train_data", corpus["train"], "--set", "train.checkpoint_every=2",
+              "--set", "train.optimizer=adam", "--set", "train.learning_rate=0.01"]
+    runs = [(4, "keras", "mixed_float16"), (6, "fused", ""), (8, "keras", "mixed_float16")]
+    for steps, impl, precision in runs:
+        code, out, err = train_in_process(
+            tmp_path, *common, "--set", f"train.max_steps={steps}",
+            "--set", f"model.rnn_impl={impl}", "--set", f"train.mixed_precision={precision}")
+        assert code == 0, err[-2000:]
+        scaling = " with loss scaling" if precision else ""
+        assert f"model.rnn_impl {impl}; precision {precision or 'float32'}{scaling}" in out
+        result = json.loads((tmp_path / "train_result.json").read_text())
+        assert result["final_step"] == steps and np.isfinite(result["loss"]), out[-2000:]
+        if steps > 4:
+            assert "resumed from" in out and f"(step {steps - 2})" in out
+        names = dict(tf.train.list_variables(tf.train.latest_checkpoint(str(tmp_path / "ckpt"))))
+        assert any(n.startswith("optimizer/_variables/") for n in names)
+        assert ("loss_scale/dynamic_scale/.ATTRIBUTES/VARIABLE_VALUE" in names) == bool(precision)
+    dtypes = tf.train.load_checkpoint(tf.train.latest_checkpoint(
+        str(tmp_path / "ckpt"))).get_variable_to_dtype_map()
+    assert all(d == tf.float32 for n, d in dtypes.items() if n.startswith("model/"))
+
+
 def _variables(ckpt_path):
     reader = tf.train.load_checkpoint(ckpt_path)
     return {n: reader.get_tensor(n) for n, _ in tf.train.list_variables(ckpt_path)

@@ -15,9 +15,10 @@ import tensorflow as tf
 def masked_softmax(scores: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
     """Softmax over the last axis restricted to mask; all-zero (not NaN) where mask is empty.
 
-    scores: float [..., n]; mask: bool [..., n].
+    scores: float [..., n]; mask: bool [..., n]. Masked scores become the dtype's lowest finite
+    value (-1e9 would be -inf in float16, and a row of -inf a NaN softmax).
     """
-    scores = tf.where(mask, scores, tf.constant(-1e9, scores.dtype))
+    scores = tf.where(mask, scores, tf.constant(scores.dtype.min, scores.dtype))
     probs = tf.nn.softmax(scores, axis=-1) * tf.cast(mask, scores.dtype)
     return tf.math.divide_no_nan(probs, tf.reduce_sum(probs, axis=-1, keepdims=True))
 
@@ -122,6 +123,9 @@ class IntraTemporalAttention(keras.layers.Layer):
     NEG_LSE = -1e4  # log of "no past step": exp(-1e4) = 0, and finite
 
     def __init__(self, query_dim: int, temporal: bool = True, **kwargs):
+        # No autocast of the inputs under mixed precision: past_lse stays float32 (a running
+        # log-sum-exp that float16 or bfloat16 would round); w_attn casts its own.
+        kwargs.setdefault("autocast", False)
         super().__init__(**kwargs)
         self.query_dim = query_dim
         self.temporal = temporal

@@ -18,6 +18,9 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
+from pgn_tf.ops import bincount_grad  # noqa: F401  (registers DenseBincount's gradient)
+from pgn_tf.ops.log_softmax_at import log_softmax_at
+
 _NEG = -1e30  # log-probability of an impossible event; finite, so no inf - inf = NaN
 
 
@@ -46,36 +49,24 @@ class PointerSwitch(keras.layers.Layer):
         return self.dense(tf.concat(features, axis=-1))
 
 
-def _dense_bincount_grad(op, grad):
-    """The gradient of a weighted bincount with respect to its weights: d out[b, w] / d
-    weights[b, i] = [ids[b, i] = w], so the upstream gradient is gathered at the ids."""
-    ids, weights = op.inputs[0], op.inputs[2]
-    if op.get_attr("binary_output") or weights.shape.num_elements() == 0:
-        return None, None, None
-    batch_dims = 1 if ids.shape.rank == 2 else 0
-    return None, None, tf.cast(tf.gather(grad, ids, batch_dims=batch_dims), weights.dtype)
-
-
-# TF registers no gradient for DenseBincount. It is registered here, once, rather than with
-# tf.custom_gradient: a custom gradient is saved into the export, and tf.saved_model.load
-# registers it in TF's process-wide gradient registry, which then keeps every loaded version's
-# graphs alive (a server swapping versions grew ~120 MB a swap).
-try:
-    tf.RegisterGradient("DenseBincount")(_dense_bincount_grad)
-except KeyError:  # registered already (a TF that has one, or this module loaded twice)
-    pass
-
-
-def scatter_copy(attn: tf.Tensor, enc_ext_ids: tf.Tensor, ext_size) -> tf.Tensor:
+def scatter_copy(attn: tf.Tensor, enc_ext_ids: tf.Tensor, ext_size,
+                 fused: bool = True) -> tf.Tensor:
     """sum_{i: w_i = w} a_i for every w of the extended vocab.
 
     attn: float [batch, src_len]; enc_ext_ids: int32 [batch, src_len] -> float [batch, ext_size].
-    A weighted bincount per row (duplicates add up): on CPU it runs in about half the time of
-    the equivalent scatter_nd of [B, L] updates (docs/performance.md); its gradient gathers
-    (_dense_bincount_grad).
+    fused (model.rnn_impl = "fused"): a weighted bincount per row (duplicates add up), faster
+    on CPU than the equivalent scatter of [B, L] updates (docs/performance.md), whose gradient
+    TF lacks (pgn_tf.ops.bincount_grad registers it); else an unsorted segment sum over the
+    flattened rows, differentiated by TF.
     """
-    return tf.math.bincount(tf.cast(enc_ext_ids, tf.int32), weights=attn, minlength=ext_size,
-                            maxlength=ext_size, axis=-1, dtype=attn.dtype)
+    ids = tf.cast(enc_ext_ids, tf.int32)
+    if fused:
+        return tf.math.bincount(ids, weights=attn, minlength=ext_size, maxlength=ext_size,
+                                axis=-1, dtype=attn.dtype)
+    rows = tf.shape(ids)[0]
+    segments = ids + tf.range(rows)[:, None] * ext_size  # [B, L]: row b's ids offset by b * W
+    flat = tf.math.unsorted_segment_sum(attn, segments, rows * ext_size)  # [B * W]
+    return tf.reshape(flat, [rows, ext_size])
 
 
 def final_distribution(
@@ -84,17 +75,19 @@ def final_distribution(
     p_gen: tf.Tensor,
     enc_ext_ids: tf.Tensor,
     num_extra: tf.Tensor,
+    fused: bool = True,
 ) -> tf.Tensor:
     """Eq. 9 over the extended vocabulary.
 
     Args:
       vocab_dist: float [batch, V]; attn: float [batch, src_len]; p_gen: float [batch, 1];
-      enc_ext_ids: int32 [batch, src_len]; num_extra: scalar int, the OOV slots M.
+      enc_ext_ids: int32 [batch, src_len]; num_extra: scalar int, the OOV slots M;
+      fused: scatter_copy's.
     Returns: float [batch, V + M].
     """
     vocab_part = tf.pad(p_gen * vocab_dist, [[0, 0], [0, num_extra]])
     ext_size = tf.shape(vocab_dist)[1] + num_extra
-    return vocab_part + scatter_copy((1.0 - p_gen) * attn, enc_ext_ids, ext_size)
+    return vocab_part + scatter_copy((1.0 - p_gen) * attn, enc_ext_ids, ext_size, fused)
 
 
 class Mixture(NamedTuple):
@@ -139,38 +132,22 @@ def dense_distribution(mix: Mixture) -> tf.Tensor:
     return tf.math.log(tf.maximum(probs, 1e-30))
 
 
-@tf.custom_gradient
-def _log_softmax_at(logits: tf.Tensor, target: tf.Tensor):
-    """log softmax(logits)[target] of each row: logits float32 [N, V], target int32 [N] (< V).
-
-    Its gradient is written out, g (onehot(target) - softmax(logits)), from the exponentials
-    the forward pass computed: autodiff would differentiate the gather into a dense
-    [N, V] segment sum and add it to the log-sum-exp's gradient, two more full-width passes
-    (4.5-8 ms less a step at the reference sizes; docs/performance.md). Training only: no
-    exported graph holds it (the note on DenseBincount's gradient above says why that
-    matters)."""
-    top = tf.stop_gradient(tf.reduce_max(logits, axis=-1, keepdims=True))
-    exp = tf.exp(logits - top)
-    total = tf.reduce_sum(exp, axis=-1)
-    out = tf.gather(logits, target, batch_dims=1) - (tf.math.log(total) + top[:, 0])
-
-    def grad(g):
-        rows = tf.stack([tf.range(tf.shape(target)[0]), target], axis=1)
-        return tf.tensor_scatter_nd_add(exp * (-g / total)[:, None], rows, g), None
-
-    return out, grad
-
-
-def vocab_log_prob(logits: tf.Tensor, target: tf.Tensor) -> tf.Tensor:
+def vocab_log_prob(logits: tf.Tensor, target: tf.Tensor, fused: bool = True) -> tf.Tensor:
     """log P_vocab(w*) (eq. 4) of each target: float32 [...] for logits float [..., V] and
     target int32 [...] (any leading shape, e.g. [batch, T] or the [N] real target positions):
     the target's logit minus the log-sum-exp of the logits, _NEG where the target is an
-    extended-vocab id (>= V)."""
+    extended-vocab id (>= V). fused (model.rnn_impl = "fused"): with the gradient written out
+    (pgn_tf.ops.log_softmax_at), else differentiated by TF."""
     logits = tf.cast(logits, tf.float32)
     v = tf.shape(logits)[-1]
     target = tf.cast(target, tf.int32)
-    flat = _log_softmax_at(tf.reshape(logits, [-1, v]),
-                           tf.reshape(tf.minimum(target, v - 1), [-1]))
+    flat_logits = tf.reshape(logits, [-1, v])  # [N, V]
+    flat_target = tf.reshape(tf.minimum(target, v - 1), [-1])  # [N]
+    if fused:
+        flat = log_softmax_at(flat_logits, flat_target)
+    else:
+        flat = (tf.gather(flat_logits, flat_target, batch_dims=1)
+                - tf.reduce_logsumexp(flat_logits, axis=-1))
     return tf.where(target < v, tf.reshape(flat, tf.shape(target)), _NEG)
 
 
@@ -209,6 +186,7 @@ def target_log_prob(
     attn: tf.Tensor | None = None,
     p_gen_logit: tf.Tensor | None = None,
     enc_ext_ids: tf.Tensor | None = None,
+    fused: bool = True,
 ) -> tf.Tensor:
     """log P(w*_t) of eq. 9 (or eq. 5 for the baseline when attn is None), for each step.
 
@@ -216,11 +194,11 @@ def target_log_prob(
       logits: float [batch, T, V] pre-softmax vocabulary scores.
       target: int32 [batch, T] extended-vocab ids.
       attn: float [batch, T, src_len]; p_gen_logit: float [batch, T]; enc_ext_ids: int32
-        [batch, src_len].
+        [batch, src_len]; fused: vocab_log_prob's.
     Returns: float32 [batch, T]. Finite for p_gen in {0, 1}, for targets absent from both
     distributions, and for empty articles (attn all zero).
     """
-    log_p_vocab = vocab_log_prob(logits, target)
+    log_p_vocab = vocab_log_prob(logits, target, fused)
     if attn is None:
         return log_p_vocab
     return mix_copy(log_p_vocab, target, attn, p_gen_logit, enc_ext_ids)

@@ -15,6 +15,7 @@ import tensorflow as tf
 from pgn_tf.layers.abs_encoder import ABSEncoder
 from pgn_tf.layers.nnlm import NNLMDecoder, context_windows
 from pgn_tf.models.base import SummarizationModel
+from pgn_tf.ops import resolve_rnn_impl
 from pgn_tf.vocab import START_ID, UNK_ID
 
 
@@ -22,7 +23,8 @@ from pgn_tf.vocab import START_ID, UNK_ID
 class ABS(SummarizationModel):
     """Args: vocab_size V; hidden_dim H (paper: 400); emb_dim D (200); window C (5);
     encoder "bow" | "conv" | "attention"; smoothing Q (2); conv_layers L (3); conv_norm: layer
-    normalisation before each convolution's tanh (not in the paper; ABSEncoder says why).
+    normalisation before each convolution's tanh (not in the paper; ABSEncoder says why);
+    rnn_impl: "fused", "keras" or "auto" (pgn_tf.ops; no recurrence here: the loss's gradient).
 
     Example:
       >>> model = ABS(vocab_size=50, hidden_dim=16, emb_dim=8, encoder="attention")
@@ -33,8 +35,10 @@ class ABS(SummarizationModel):
 
     def __init__(self, vocab_size: int, hidden_dim: int = 400, emb_dim: int = 200,
                  window: int = 5, encoder: str = "attention", smoothing: int = 2,
-                 conv_layers: int = 3, conv_norm: bool = False, **kwargs):
+                 conv_layers: int = 3, conv_norm: bool = False, rnn_impl: str = "auto",
+                 **kwargs):
         super().__init__(**kwargs)
+        self.rnn_impl = resolve_rnn_impl(rnn_impl)
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
         self.emb_dim = emb_dim
@@ -55,13 +59,14 @@ class ABS(SummarizationModel):
         return cls(vocab_size=vocab_size, hidden_dim=model_cfg.hidden_dim,
                    emb_dim=model_cfg.emb_dim, window=model_cfg.abs_window,
                    encoder=model_cfg.abs_encoder, smoothing=model_cfg.abs_smoothing,
-                   conv_layers=model_cfg.abs_conv_layers, conv_norm=model_cfg.abs_conv_norm)
+                   conv_layers=model_cfg.abs_conv_layers, conv_norm=model_cfg.abs_conv_norm,
+                   rnn_impl=model_cfg.rnn_impl)
 
     def get_config(self):
         return dict(vocab_size=self.vocab_size, hidden_dim=self.hidden_dim,
                     emb_dim=self.emb_dim, window=self.window, encoder=self.encoder_kind,
                     smoothing=self.smoothing, conv_layers=self.conv_layers,
-                    conv_norm=self.conv_norm, name=self.name)
+                    conv_norm=self.conv_norm, rnn_impl=self.rnn_impl, name=self.name)
 
     def _ids(self, ids):
         ids = tf.cast(ids, tf.int32)

@@ -21,9 +21,12 @@ SHARED = "shared"  # an `enc` key whose tensors are per batch, not per hypothesi
 
 
 class SummarizationModel(keras.Model):
-    """Base class of the models. `compile(objective=...)` sets the loss `fit`/`evaluate` use."""
+    """Base class of the models. `compile(objective=...)` sets the loss `fit`/`evaluate` use.
+    A subclass sets `rnn_impl` ("fused" or "keras", pgn_tf.ops.resolve_rnn_impl): the
+    written-out loops and gradients, or the Keras layers and autodiff."""
 
     objective = None
+    rnn_impl = "fused"
 
     def embed_ids(self, ids):
         """Extended-vocab ids -> embeddings; copied OOVs (id >= V) are fed back as [UNK]."""
@@ -62,10 +65,12 @@ class SummarizationModel(keras.Model):
         """log p(y*_t) of every target step, [B, T]: the pointer mixture's (See et al. eq. 9,
         Paulus et al. eq. 12) when `self.pointer_gen`, else the vocabulary softmax's."""
         target = tf.cast(features["target"], tf.int32)
+        fused = self.rnn_impl == "fused"
         if not self.pointer_gen:
-            return target_log_prob(outputs["logits"], target)
+            return target_log_prob(outputs["logits"], target, fused=fused)
         return target_log_prob(outputs["logits"], target, outputs["attn"],
-                               outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32))
+                               outputs["p_gen_logit"], tf.cast(features["enc_ext_ids"], tf.int32),
+                               fused=fused)
 
     # -- model.fit ----------------------------------------------------------------------------
 

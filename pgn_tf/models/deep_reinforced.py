@@ -31,6 +31,7 @@ from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import PointerSwitch, final_distribution
 from pgn_tf.layers.tied_projection import TiedOutputProjection
 from pgn_tf.models.base import SHARED, SummarizationModel
+from pgn_tf.ops import resolve_rnn_impl
 
 
 @keras.saving.register_keras_serializable(package="pgn_tf")
@@ -40,7 +41,9 @@ class DeepReinforced(SummarizationModel):
       pointer_gen: eq. 10-12 on (else generation only); intra_temporal_attention: eq. 3 on;
       intra_decoder_attention: eq. 6-8 on; shared_embedding: eq. 13 on (else a free W_out);
       sample_replace_prob: probability of feeding the model's own sample instead of the
-      ground-truth previous token in ML training (Paulus et al. appendix B: 0.25).
+      ground-truth previous token in ML training (Paulus et al. appendix B: 0.25);
+      rnn_impl: "fused", "keras" or "auto" (pgn_tf.ops): the encoder's LSTM and the loss's and
+      the pointer's gradients (the decoder's loop is the Keras LSTMCell's either way).
 
     Example:
       >>> model = DeepReinforced(vocab_size=50, hidden_dim=8, emb_dim=4)
@@ -61,9 +64,11 @@ class DeepReinforced(SummarizationModel):
         init_mag: float = 0.02,
         init_std: float = 1e-4,
         emb_init_std: float = 0.0,
+        rnn_impl: str = "auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.rnn_impl = resolve_rnn_impl(rnn_impl)
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
         self.emb_dim = emb_dim
@@ -82,7 +87,8 @@ class DeepReinforced(SummarizationModel):
             vocab_size, emb_dim, name="embedding",
             embeddings_initializer=keras.initializers.TruncatedNormal(
                 stddev=emb_init_std or init_std, seed=3))
-        self.encoder = BiLSTMEncoder(hidden_dim, init_mag, reduce_states=False, name="encoder")
+        self.encoder = BiLSTMEncoder(hidden_dim, init_mag, reduce_states=False,
+                                     rnn_impl=self.rnn_impl, name="encoder")
         self.lstm = keras.layers.LSTMCell(dec_dim, kernel_initializer=init,
                                           recurrent_initializer=init, name="decoder_lstm")
         self.enc_attention = IntraTemporalAttention(dec_dim, intra_temporal_attention,
@@ -121,6 +127,7 @@ class DeepReinforced(SummarizationModel):
             init_mag=model_cfg.rand_unif_init_mag,
             init_std=model_cfg.trunc_norm_init_std,
             emb_init_std=model_cfg.emb_init_std,
+            rnn_impl=model_cfg.rnn_impl,
         )
 
     def get_config(self):
@@ -132,7 +139,7 @@ class DeepReinforced(SummarizationModel):
             shared_embedding=self.shared_embedding,
             sample_replace_prob=self.sample_replace_prob,
             init_mag=self.init_mag, init_std=self.init_std, emb_init_std=self.emb_init_std,
-            name=self.name,
+            rnn_impl=self.rnn_impl, name=self.name,
         )
 
     # -- encoder ------------------------------------------------------------------------------
@@ -199,7 +206,7 @@ class DeepReinforced(SummarizationModel):
         if not self.pointer_gen:
             return tf.nn.log_softmax(logits)
         probs = final_distribution(tf.nn.softmax(logits), attn, tf.sigmoid(gen_logit)[:, None],
-                                   enc["ext_ids"], enc["max_oovs"])
+                                   enc["ext_ids"], enc["max_oovs"], self.rnn_impl == "fused")
         return tf.math.log(tf.maximum(probs, 1e-30))
 
     def decode_step(self, ids, step, state, enc, mixture: bool = False):

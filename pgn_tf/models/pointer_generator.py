@@ -18,10 +18,11 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.layers.decoder import AttentionDecoderCell, FeedGradient, GateGradient
+from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import final_distribution, mix_copy, vocab_log_prob
 from pgn_tf.models.base import SummarizationModel
+from pgn_tf.ops import resolve_rnn_impl
 
 
 @keras.saving.register_keras_serializable(package="pgn_tf")
@@ -32,7 +33,8 @@ class PointerGenerator(SummarizationModel):
       pointer_gen: eq. 8-9 on/off; coverage: eq. 10-13 on/off; cov_loss_wt: lambda (eq. 13);
       init_mag: uniform init of the LSTMs; init_std: truncated-normal init of the embedding
       and vocabulary projection (See et al.'s code: 0.02 and 1e-4); emb_init_std: the
-      embedding's own stddev if > 0.
+      embedding's own stddev if > 0; rnn_impl: "fused", "keras" or "auto" (pgn_tf.ops: the
+      written-out loops and gradients, or the Keras layers and autodiff; the same variables).
 
     Example:
       >>> model = PointerGenerator(vocab_size=50, hidden_dim=8, emb_dim=4)
@@ -53,9 +55,11 @@ class PointerGenerator(SummarizationModel):
         emb_init_std: float = 0.0,
         dropout: float = 0.0,
         enc_hidden_dim: int = 0,
+        rnn_impl: str = "auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.rnn_impl = resolve_rnn_impl(rnn_impl)
         self.vocab_size = vocab_size
         self.hidden_dim = hidden_dim
         self.enc_hidden_dim = enc_hidden_dim
@@ -78,9 +82,11 @@ class PointerGenerator(SummarizationModel):
         self.embedding = keras.layers.Embedding(
             vocab_size, emb_dim, embeddings_initializer=emb_init, name="embedding"
         )
-        self.encoder = BiLSTMEncoder(enc_dim // 2, init_mag, state_dim=hidden_dim, name="encoder")
+        self.encoder = BiLSTMEncoder(enc_dim // 2, init_mag, state_dim=hidden_dim,
+                                     rnn_impl=self.rnn_impl, name="encoder")
         self.cell = AttentionDecoderCell(
-            hidden_dim, emb_dim, pointer_gen, coverage, init_mag, enc_dim, name="decoder"
+            hidden_dim, emb_dim, pointer_gen, coverage, init_mag, enc_dim,
+            rnn_impl=self.rnn_impl, name="decoder"
         )
         self.vocab_proj = keras.layers.Dense(
             vocab_size, kernel_initializer=normal, bias_initializer=normal, name="vocab_proj"
@@ -106,6 +112,7 @@ class PointerGenerator(SummarizationModel):
             emb_init_std=model_cfg.emb_init_std,
             dropout=model_cfg.dropout,
             enc_hidden_dim=model_cfg.enc_hidden_dim,
+            rnn_impl=model_cfg.rnn_impl,
         )
 
     def get_config(self):
@@ -121,6 +128,7 @@ class PointerGenerator(SummarizationModel):
             emb_init_std=self.emb_init_std,
             dropout=self.dropout,
             enc_hidden_dim=self.enc_hidden_dim,
+            rnn_impl=self.rnn_impl,
             name=self.name,
         )
 
@@ -176,6 +184,7 @@ class PointerGenerator(SummarizationModel):
             p_gen[:, None],
             enc["ext_ids"],
             enc["max_oovs"],
+            fused=self.rnn_impl == "fused",
         )  # [N, V + max_oovs]
         return tf.math.log(tf.maximum(probs, 1e-30)), state, extras
 
@@ -200,23 +209,30 @@ class PointerGenerator(SummarizationModel):
         )
         dec_emb = self.drop(self.embed_ids(features["dec_input"]), training=training)  # [B, T, E]
         x_part = self.cell.embed_inputs(tf.transpose(dec_emb, [1, 0, 2]))  # [T, B, E]
-        steps = tf.shape(x_part)[0]
-        # [B, L, E], once for all steps; its gradient summed after the loop (FeedGradient)
-        feed = FeedGradient(self.cell.feed_inputs(enc["outputs"]), steps)
+        steps, batch = tf.shape(x_part)[0], tf.shape(x_part)[1]
+        enc_fed = self.cell.feed_inputs(enc["outputs"])  # [B, L, E], once for all steps
+        # rnn_impl "fused": the feed's and the LSTM's gradients summed after the loop
+        # (pgn_tf.ops.summed_after_loop); "keras": None, autodiff of the loop
+        summed = self.cell.loop_gradients(enc_fed, steps, batch)
         dtype = enc["outputs"].dtype
         keys = ("h", "c", "x", "attn", "coverage")
         arrays = {k: tf.TensorArray(dtype, size=steps) for k in keys}
         inputs = tf.TensorArray(dtype, size=steps).unstack(x_part)
-        probes = tf.TensorArray(dtype, size=steps).unstack(feed.probes)
-        gates = GateGradient(self.cell, steps, tf.shape(x_part)[1])
-        gate_probes = tf.TensorArray(dtype, size=steps).unstack(gates.probes)
+        if summed is not None:
+            feed, gates = summed
+            enc_fed = feed.enc_fed  # its gradient stopped: FeedGradient forms it
+            probes = tf.TensorArray(dtype, size=steps).unstack(feed.probes)
+            gate_probes = tf.TensorArray(dtype, size=steps).unstack(gates.probes)
         state = {"h": state["h"], "c": state["c"], "coverage": state["coverage"],
-                 "fed": tf.zeros([tf.shape(x_part)[1], self.emb_dim], dtype)}  # h*_0 = 0
+                 "fed": tf.zeros([batch, self.emb_dim], dtype)}  # h*_0 = 0
 
         def body(t, state, arrays):
-            state, extras = self.cell.step(inputs.read(t), state, enc, feed.enc_fed,
-                                           probe=probes.read(t),
-                                           gates=(gates.weights, gate_probes.read(t)))
+            if summed is None:
+                state, extras = self.cell.step(inputs.read(t), state, enc, enc_fed)
+            else:
+                state, extras = self.cell.step(inputs.read(t), state, enc, enc_fed,
+                                               probe=probes.read(t),
+                                               gates=(gates, gate_probes.read(t)))
             values = dict(extras, h=state["h"], c=state["c"])
             arrays = {k: ta.write(t, values[k]) for k, ta in arrays.items()}
             return t + 1, state, arrays
@@ -225,9 +241,11 @@ class PointerGenerator(SummarizationModel):
         _, _, arrays = tf.while_loop(lambda t, *_: t < steps, body,
                                      (tf.constant(0), state, arrays), maximum_iterations=steps)
         time_major = {k: ta.stack() for k, ta in arrays.items()}  # [T, B, ...]
-        gates.close(time_major["x"], tf.concat([h0[None], time_major["h"]], 0)[:steps])
         seq = {k: tf.transpose(v, [1, 0, 2]) for k, v in time_major.items()}  # [B, T, ...]
-        feed.close(seq["attn"])
+        if summed is not None:
+            # the LSTM's inputs x_t and states h_{t-1}, [T, B, E] and [T, B, H]
+            gates.close(time_major["x"], tf.concat([h0[None], time_major["h"]], 0)[:steps])
+            feed.close(seq["attn"])
         context = self.cell.contexts(seq["attn"], enc["outputs"])  # [B, T, D], eq. 3
         output, p_gen_logit = self.cell.outputs(seq["h"], seq["c"], context, seq["x"])
         output = self.drop(output, training=training)
@@ -241,8 +259,8 @@ class PointerGenerator(SummarizationModel):
         target = tf.cast(features["target"], tf.int32)  # [B, T]
         real = tf.where(tf.sequence_mask(features["dec_len"], tf.shape(target)[1]))  # [N, 2]
         logits = self.vocab_proj(tf.gather_nd(outputs["output"], real))  # [N, V]
-        log_p_vocab = tf.scatter_nd(real, vocab_log_prob(logits, tf.gather_nd(target, real)),
-                                    tf.shape(target, out_type=tf.int64))  # [B, T]
+        log_p = vocab_log_prob(logits, tf.gather_nd(target, real), self.rnn_impl == "fused")
+        log_p_vocab = tf.scatter_nd(real, log_p, tf.shape(target, out_type=tf.int64))  # [B, T]
         if not self.pointer_gen:
             return log_p_vocab
         return mix_copy(log_p_vocab, target, outputs["attn"], outputs["p_gen_logit"],

@@ -1,16 +1,19 @@
 """The See et al. (2017) encoder against a NumPy bidirectional LSTM with masking and the ReLU
-state reduction (their code's `_reduce_states`), in both implementations: the fused loop (both
-directions in one while loop, the backward one over tf.reverse_sequence) and the Keras
-Bidirectional layer it replaced, which must agree on the same weights."""
+state reduction (their code's `_reduce_states`), with both values of rnn_impl: the fused loop
+(pgn_tf.ops.lstm_recurrence: both directions in one while loop, the backward one over
+tf.reverse_sequence) and the Keras Bidirectional layer, which must agree on the same weights;
+the fused loop refuses the Keras layer's options it does not implement, the Keras one honours
+them."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgn_tf.layers.encoder import IMPLEMENTATIONS, BiLSTMEncoder, lstm_recurrence
+from pgn_tf.layers.encoder import BiLSTMEncoder
 from tests.helpers import run_layer_test
 
 B, L, E, H = 2, 5, 3, 4
+IMPLEMENTATIONS = ("fused", "keras")
 
 
 def encoder_weights(layer):
@@ -70,11 +73,12 @@ def np_encoder(emb, lengths, weights, reduce_states):
     return outputs, h, c
 
 
-def randomized_encoder(reduce_states, seed=0, implementation="loop", state_dim=None):
+def randomized_encoder(reduce_states, seed=0, implementation="fused", state_dim=None,
+                       lstm_options=None):
     """An encoder whose weights are far from the 0.02-uniform init, so every nonlinearity and
     the forget gate's memory matter."""
-    layer = BiLSTMEncoder(H, reduce_states=reduce_states, implementation=implementation,
-                          state_dim=state_dim)
+    layer = BiLSTMEncoder(H, reduce_states=reduce_states, rnn_impl=implementation,
+                          state_dim=state_dim, lstm_options=lstm_options)
     layer.build((None, None, E))
     rng = np.random.default_rng(seed)
     for w in layer.weights:
@@ -117,7 +121,7 @@ def test_fused_loop_equals_the_keras_layer_with_ragged_lengths_and_gradients(red
     at the padding: equal outputs at every position (padding included), equal final states,
     and equal gradients for every weight and for the embeddings."""
     layers = [randomized_encoder(reduce_states, seed=5, implementation=i, state_dim=3)
-              for i in ("keras", "loop")]
+              for i in ("keras", "fused")]
     emb = tf.constant(np.random.default_rng(6).normal(size=(4, 6, E)).astype(np.float32))
     mask = tf.sequence_mask([6, 2, 0, 5], 6)
     results = []
@@ -160,7 +164,7 @@ def test_both_implementations_hold_the_same_checkpoint_variables(tmp_path):
         assert names[prefix + "kernel/.ATTRIBUTES/VARIABLE_VALUE"] == [E, 4 * H]
         assert names[prefix + "recurrent_kernel/.ATTRIBUTES/VARIABLE_VALUE"] == [H, 4 * H]
         assert names[prefix + "bias/.ATTRIBUTES/VARIABLE_VALUE"] == [4 * H]
-    loop_enc = randomized_encoder(True, seed=10, implementation="loop")
+    loop_enc = randomized_encoder(True, seed=10, implementation="fused")
     tf.train.Checkpoint(encoder=loop_enc).read(path).assert_existing_objects_matched()
     emb = tf.constant(np.random.default_rng(11).normal(size=(B, L, E)).astype(np.float32))
     mask = tf.sequence_mask([5, 2], L)
@@ -178,8 +182,46 @@ def test_fused_loop_compiles_with_xla():
 
 
 def test_unknown_implementation_is_named():
-    with pytest.raises(ValueError, match="unknown encoder implementation 'cudnn'"):
-        BiLSTMEncoder(H, implementation="cudnn")
+    with pytest.raises(ValueError, match="unknown model.rnn_impl 'cudnn'"):
+        BiLSTMEncoder(H, rnn_impl="cudnn")
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"dropout": 0.3}, "dropout=0.3"),
+    ({"recurrent_dropout": 0.2}, "recurrent_dropout=0.2"),
+    ({"activation": "relu"}, "activation='relu'"),
+    ({"use_bias": False}, "use_bias=False"),
+])
+def test_the_fused_loop_refuses_an_lstm_option_it_would_drop(options, named):
+    """The fused loop reads the LSTM's weights only: an option that changes what the Keras
+    layer computes is one error naming it and the way out, at construction, and at the call
+    when it is set on the layer afterwards."""
+    with pytest.raises(ValueError, match=f"does not implement the LSTM option {named}.*"
+                                         "model.rnn_impl=keras"):
+        BiLSTMEncoder(H, rnn_impl="fused", lstm_options=options)
+    layer = randomized_encoder(True, seed=15)
+    key, value = next(iter(options.items()))
+    if key in ("dropout", "recurrent_dropout"):  # the cells read these at every call
+        setattr(layer.bilstm.backward_layer.cell, key, value)
+        with pytest.raises(ValueError, match=f"{key}={value}"):
+            layer(tf.zeros([B, L, E]), tf.ones([B, L], bool))
+    randomized_encoder(True, implementation="keras", lstm_options=options)  # honoured there
+
+
+def test_the_keras_path_honours_the_lstm_dropout():
+    """dropout=0.5 on each direction's LSTM: in training the outputs change (and differ from
+    call to call), at inference they equal those of the layer without it, same weights."""
+    dropped = randomized_encoder(True, seed=16, implementation="keras",
+                                 lstm_options={"dropout": 0.5})
+    plain = randomized_encoder(True, seed=16, implementation="keras")
+    emb = tf.constant(np.random.default_rng(17).normal(size=(B, L, E)).astype(np.float32))
+    mask = tf.sequence_mask([5, 3], L)
+    for got, want in zip(dropped(emb, mask, training=False), plain(emb, mask)):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-7)
+    trained = [dropped(emb, mask, training=True)[0].numpy() for _ in range(2)]
+    want = plain(emb, mask)[0].numpy()
+    assert all(np.abs(t - want).max() > 1e-2 for t in trained)
+    assert np.abs(trained[0] - trained[1]).max() > 1e-2
 
 
 @pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
@@ -192,56 +234,9 @@ def test_layer_contract(reduce_states, num_weights, state_shape, implementation)
     mask = tf.constant([[True] * L, [True] * 3 + [False] * 2])
     run_layer_test(
         BiLSTMEncoder, {"hidden_dim": H, "init_mag": 0.1, "reduce_states": reduce_states,
-                        "state_dim": 7, "implementation": implementation},
+                        "state_dim": 7, "rnn_impl": implementation},
         build=lambda layer: layer.build((None, None, E)),
         call=lambda layer: layer(emb, mask),
         expected_num_weights=num_weights,
         expected_shapes=[(B, L, 2 * H), (B, state_shape), (B, state_shape)],
     )
-
-
-def plain_recurrence(xw, recurrent):
-    """lstm_recurrence's forward pass as a Python loop, for autodiff to differentiate."""
-    units = recurrent.shape[1]
-    h = c = tf.zeros(list(xw.shape[1:3]) + [units])
-    hs, cs = [], []
-    for t in range(xw.shape[0]):
-        z = xw[t] + tf.matmul(h, recurrent)
-        i, f, o = tf.split(tf.sigmoid(z[..., :3 * units]), 3, axis=-1)
-        c = f * c + i * tf.tanh(z[..., 3 * units:])
-        h = o * tf.tanh(c)
-        hs.append(h)
-        cs.append(c)
-    return tf.stack(hs), tf.stack(cs)
-
-
-@pytest.mark.parametrize("read_c", [True, False])
-def test_written_out_backward_pass_equals_autodiff(read_c):
-    """lstm_recurrence's BPTT (the recurrent kernel's gradient summed after the loop) against
-    autodiff of the same recurrence unrolled, in a tf.function, for a loss that reads every h_t
-    and c_t (or no c_t: its gradient arrives as None) with random weights."""
-    rng = np.random.default_rng(14)
-    xw = tf.constant(rng.normal(size=(5, 2, 3, 4 * H)).astype(np.float32))
-    recurrent = tf.constant(rng.normal(scale=0.5, size=(2, H, 4 * H)).astype(np.float32))
-    wh = tf.constant(rng.normal(size=(5, 2, 3, H)).astype(np.float32))
-    wc = tf.constant(rng.normal(size=(5, 2, 3, H)).astype(np.float32))
-
-    def grads(fn):
-        @tf.function
-        def run(xw, recurrent):
-            with tf.GradientTape() as tape:
-                tape.watch([xw, recurrent])
-                hs, cs = fn(xw, recurrent)
-                loss = tf.reduce_sum(tf.sin(wh * hs))
-                if read_c:
-                    loss += tf.reduce_sum(wc * cs * cs)
-            return (hs, cs), tape.gradient(loss, [xw, recurrent])
-        return run(xw, recurrent)
-
-    (got_h, got_c), got = grads(lstm_recurrence)
-    (want_h, want_c), want = grads(plain_recurrence)
-    np.testing.assert_allclose(got_h.numpy(), want_h.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got_c.numpy(), want_c.numpy(), rtol=1e-5, atol=1e-6)
-    for g, w in zip(got, want):
-        assert np.abs(w.numpy()).max() > 1e-2
-        np.testing.assert_allclose(g.numpy(), w.numpy(), rtol=1e-4, atol=1e-5)

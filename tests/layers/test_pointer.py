@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from pgn_tf.layers.pointer import (
@@ -22,13 +23,14 @@ def _np_final(vocab_dist, attn, p_gen, ext_ids, n_extra):
     return out
 
 
-def test_scatter_add_matches_numpy_with_repeated_and_oov_words():
+@pytest.mark.parametrize("fused", [True, False])
+def test_scatter_add_matches_numpy_with_repeated_and_oov_words(fused):
     rng = np.random.default_rng(1)
     vocab_dist = rng.dirichlet(np.ones(5), size=2).astype("float32")
     attn = rng.dirichlet(np.ones(4), size=2).astype("float32")
     p_gen = np.array([0.3, 0.9], "float32")
     ext_ids = np.array([[1, 5, 1, 6], [6, 6, 2, 0]], "int32")  # 5, 6 are OOVs; repeats sum
-    got = final_distribution(vocab_dist, attn, p_gen[:, None], ext_ids, 2).numpy()
+    got = final_distribution(vocab_dist, attn, p_gen[:, None], ext_ids, 2, fused).numpy()
     np.testing.assert_allclose(got, _np_final(vocab_dist, attn, p_gen, ext_ids, 2), atol=1e-6)
     np.testing.assert_allclose(got.sum(-1), 1.0, atol=1e-6)
 
@@ -68,7 +70,8 @@ def test_baseline_target_log_prob_is_the_log_softmax_at_the_target():
                 assert np.isfinite(got[i, k]) and got[i, k] <= -1e29
 
 
-def test_the_vocabulary_log_prob_gradient_is_softmax_minus_the_target_one_hot():
+@pytest.mark.parametrize("fused", [True, False])
+def test_the_vocabulary_log_prob_gradient_is_softmax_minus_the_target_one_hot(fused):
     """The training loss's vocabulary half against NumPy: d log P_vocab(w*) / d logits =
     onehot(w*) - softmax, and zero for a target outside the vocabulary (an article OOV)."""
     rng = np.random.default_rng(4)
@@ -76,7 +79,7 @@ def test_the_vocabulary_log_prob_gradient_is_softmax_minus_the_target_one_hot():
     target = tf.constant([3, 0, 9, 6])  # 9 >= V = 7: copy-only
     weights = np.array([1.0, -2.0, 5.0, 0.5], "float32")
     with tf.GradientTape() as tape:
-        lp = vocab_log_prob(logits, target)
+        lp = vocab_log_prob(logits, target, fused)
         total = tf.reduce_sum(lp * tf.where(target < 7, weights, 0.0))
     got = tape.gradient(total, logits).numpy()
     z = logits.numpy().astype(np.float64)
@@ -93,9 +96,9 @@ def test_the_vocabulary_log_prob_gradient_is_softmax_minus_the_target_one_hot():
 
 
 def test_the_written_out_gradient_equals_autodiff_on_a_batch_by_time_grid():
-    """vocab_log_prob's hand-written gradient (`_log_softmax_at`) against TF's autodiff of the
-    plain formula, on [B, T, V] logits with OOV targets and an upstream gradient on every
-    entry."""
+    """vocab_log_prob's hand-written gradient (fused: pgn_tf.ops.log_softmax_at) against TF's
+    autodiff of the plain formula and of its own fused=False path, on [B, T, V] logits with OOV
+    targets and an upstream gradient on every entry."""
     rng = np.random.default_rng(5)
     logits = tf.Variable(rng.normal(scale=3.0, size=(2, 3, 6)).astype("float32"))
     target = tf.constant([[1, 5, 0], [6, 2, 8]])  # 6, 8 >= V: copy-only
@@ -106,13 +109,15 @@ def test_the_written_out_gradient_equals_autodiff_on_a_batch_by_time_grid():
         return tf.where(target < 6, picked - tf.reduce_logsumexp(x, axis=-1), -1e30)
 
     grads = []
-    for fn in (vocab_log_prob, lambda x: plain(x)):
+    for fn in (lambda x: vocab_log_prob(x, target), plain,
+               lambda x: vocab_log_prob(x, target, fused=False)):
         with tf.GradientTape() as tape:
-            out = fn(logits) if fn is not vocab_log_prob else fn(logits, target)
+            out = fn(logits)
             total = tf.reduce_sum(tf.where(target < 6, out, 0.0) * upstream)
         grads.append(tape.gradient(total, logits).numpy())
         np.testing.assert_allclose(out.numpy(), plain(logits).numpy(), rtol=1e-5)
-    np.testing.assert_allclose(grads[0], grads[1], rtol=1e-5, atol=1e-6)
+    for other in grads[1:]:
+        np.testing.assert_allclose(grads[0], other, rtol=1e-5, atol=1e-6)
     assert not grads[0][1, 0].any() and grads[0][0, 0].any()
 
 
@@ -139,12 +144,15 @@ def test_switch_contract():
     )
 
 
-def test_scatter_copy_gradient_gathers():
+@pytest.mark.parametrize("fused", [True, False])
+def test_scatter_copy_gradient_gathers(fused):
+    """fused: a bincount whose gradient pgn_tf.ops.bincount_grad registers; else a segment sum
+    that TF differentiates: the same values and gradients."""
     attn = tf.Variable([[0.2, 0.3, 0.5], [0.6, 0.4, 0.0]])
     ids = tf.constant([[1, 3, 1], [0, 2, 2]])
     up = tf.constant([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]])
     with tf.GradientTape() as tape:
-        out = scatter_copy(attn, ids, 4)
+        out = scatter_copy(attn, ids, 4, fused)
         loss = tf.reduce_sum(out * up)
     np.testing.assert_allclose(out.numpy(), [[0, 0.7, 0, 0.3], [0.6, 0, 0.4, 0]], atol=1e-6)
     np.testing.assert_allclose(tape.gradient(loss, attn).numpy(), [[2, 4, 2], [5, 7, 7]])
