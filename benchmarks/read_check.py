@@ -70,7 +70,7 @@ def main(argv=None) -> None:
     work = tempfile.mkdtemp(prefix="read_check-")
     files = tfrecord.write_tfrecords(synthetic.generate(a.examples, seed=0),
                                      os.path.join(work, "train"), a.shards)
-    cfg = config_lib.tiny().data
+    cfg = config_lib.preset("tiny").data
     vocab = dataset.build_vocab(files, cfg)
     keys = ("records_per_s", "cpu_us_per_record", "batches_per_s", "cpu_ms_per_batch")
     runs = {f"{name}_{k}": [] for name in ("plain", "checked") for k in keys}

@@ -43,7 +43,7 @@ def corpus(tmp_path_factory):
 def tiny_cfg():
     from pgn_tf import config
 
-    cfg = config.tiny()
+    cfg = config.preset("tiny")
     cfg.data.max_enc_steps = 60
     cfg.data.max_dec_steps = 12
     return cfg

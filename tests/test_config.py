@@ -68,10 +68,27 @@ def test_set_parses_by_the_fields_type_not_the_presets_value():
 
 @pytest.mark.parametrize("name", sorted(config.PRESETS))
 def test_every_preset_validates_and_survives_a_model_dir_round_trip(name, tmp_path):
-    cfg = config.PRESETS[name]()
+    cfg = config.preset(name)
     cfg.validate()  # raises on a bad preset
     cfg.save(str(tmp_path / "config.json"))
     assert config.load_from_model_dir(str(tmp_path)) == cfg == config.resolve(name)
+
+
+def test_presets_are_data_with_a_one_line_description_and_known_bases():
+    from pgn_tf import presets
+
+    for name, p in presets.ALL.items():
+        assert p.description and "\n" not in p.description and len(p.description) <= 100, name
+        assert all(b in presets.ALL and b != name for b in p.bases), name
+        for key, _ in presets.values(name):  # every key is a config key (raises otherwise)
+            config._set(config.Config(), key, dict(presets.values(name))[key])
+    assert "_debian" not in config.PRESETS  # shared parts are not --config choices
+    with pytest.raises(ValueError, match="unknown config '_debian'"):
+        config.load("_debian")
+    # a later value wins: debian_coverage is debian_pgn's dir at its own rate and budget
+    cfg = config.preset("debian_coverage")
+    assert (cfg.train.learning_rate, cfg.train.max_minutes, cfg.model.coverage) == (2e-4, 15, True)
+    assert cfg.model.hidden_dim == 256 and cfg.train.optimizer == "adam"  # from its bases
 
 
 CHOICES = {"model.model_type": ("pointer_generator", "deep_reinforced", "abs"),
@@ -120,33 +137,33 @@ def test_set_rejects_out_of_range_or_mistyped_values(override, expected):
 def test_a_model_dir_config_from_before_the_speed_fields_loads(tmp_path):
     """config.json files written before enc_hidden_dim, jit_compile, bucket_by_summary_length
     and cache_tokens existed take their defaults: the same model and behaviour."""
-    cfg = config.tiny().to_dict()
+    cfg = config.preset("tiny").to_dict()
     for section, key in (("model", "enc_hidden_dim"), ("train", "jit_compile"),
                          ("data", "bucket_by_summary_length"), ("data", "cache_tokens")):
         del cfg[section][key]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    assert config.load_from_model_dir(str(tmp_path)) == config.tiny()
+    assert config.load_from_model_dir(str(tmp_path)) == config.preset("tiny")
 
 
 def test_validate_checks_fields_set_in_code_and_cross_field_rules():
-    cfg = config.tiny()
+    cfg = config.preset("tiny")
     cfg.decode.min_dec_steps, cfg.decode.max_dec_steps = 10, 5
     with pytest.raises(ValueError, match=r"'decode.min_dec_steps': expected <= decode.max_dec_"):
         cfg.validate()
-    cfg = config.tiny()
+    cfg = config.preset("tiny")
     cfg.train.keep_checkpoints = True  # a bool is not an int here
     with pytest.raises(ValueError, match="'train.keep_checkpoints': expected an integer"):
         cfg.validate()
-    cfg = config.tiny()
+    cfg = config.preset("tiny")
     cfg.model.coverage = 1
     with pytest.raises(ValueError, match="'model.coverage': expected a boolean"):
         cfg.validate()
-    cfg = config.tiny()
+    cfg = config.preset("tiny")
     cfg.train.optimizer = "Adam"
     with pytest.raises(ValueError, match="'train.optimizer': expected one of 'adagrad'"):
         cfg.validate()
     # min == max is allowed, and a float field takes an int
-    cfg = config.tiny()
+    cfg = config.preset("tiny")
     cfg.decode.min_dec_steps = cfg.decode.max_dec_steps
     cfg.train.learning_rate = 1
     assert cfg.validate() is cfg
@@ -209,7 +226,7 @@ def test_files_and_model_dirs_are_validated(tmp_path):
     path.write_text("model:\n  hidden_dim: [64]\n")
     with pytest.raises(ValueError, match="'model.hidden_dim': expected an integer, got \\[64\\]"):
         config.load(str(path))
-    cfg = config.tiny().to_dict()
+    cfg = config.preset("tiny").to_dict()
     cfg["decode"]["beam_size"] = 0
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ValueError, match="'decode.beam_size': expected >= 1, got 0"):
@@ -221,7 +238,7 @@ def test_files_and_model_dirs_are_validated(tmp_path):
 
 
 def test_overrides_on_a_loaded_config_are_validated_together():
-    cfg = config.tiny()  # decode: 3..30
+    cfg = config.preset("tiny")  # decode: 3..30
     # Applied in order and checked once at the end, so raising both bounds in one call works.
     config.apply_overrides(cfg, ["decode.min_dec_steps=40", "decode.max_dec_steps=50"])
     assert (cfg.decode.min_dec_steps, cfg.decode.max_dec_steps) == (40, 50)
@@ -316,7 +333,7 @@ def test_reference_onmt_digests_holds_the_peers_digest_sizes():
 
 
 def test_a_model_dir_config_from_before_sentence_lines_loads_with_one_line_output(tmp_path):
-    cfg = config.tiny().to_dict()
+    cfg = config.preset("tiny").to_dict()
     del cfg["decode"]["sentence_lines"]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    assert config.load_from_model_dir(str(tmp_path)) == config.tiny()
+    assert config.load_from_model_dir(str(tmp_path)) == config.preset("tiny")

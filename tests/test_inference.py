@@ -209,7 +209,7 @@ def test_fixed_length_decoding(summarizer, validation):
 
 
 def test_abs_fixed_length_recombines_on_its_window(vocab, validation):
-    cfg = config_lib.tiny()
+    cfg = config_lib.preset("tiny")
     cfg.model.model_type, cfg.model.abs_window = "abs", 2
     cfg.model.hidden_dim, cfg.model.emb_dim = 16, 8
     cfg.decode.fixed_length, cfg.decode.beam_size = 6, 3

@@ -118,13 +118,13 @@ def test_reward_replaces_unk_with_the_attended_source_word_as_decoding_does():
 def test_build_replaces_unk_in_the_reward_where_decoding_does():
     from pgn_tf import config
 
-    cfg = config.debian_coverage()  # a corpus preset: this project's replace_unk
+    cfg = config.preset("debian_coverage")  # a corpus preset: this project's replace_unk
     cfg.train.objective = "mixed"
     assert objectives.build(cfg).replace_unk
     for key, value in (("train.reward_replace_unk", False), ("decode.replace_unk", False),
                        ("decode.avoid_unk", True)):
         section, name = key.split(".")
-        off = config.debian_coverage()
+        off = config.preset("debian_coverage")
         off.train.objective = "mixed"
         setattr(getattr(off, section), name, value)
         assert not objectives.build(off).replace_unk, key
@@ -212,7 +212,7 @@ def test_rl_searches_run_to_the_decode_limits_not_the_reference_length():
 def test_build_picks_the_configured_objective():
     from pgn_tf import config
 
-    cfg = config.paulus2017()
+    cfg = config.preset("paulus2017")
     obj = objectives.build(cfg)
     assert isinstance(obj, objectives.MaximumLikelihood) and obj.reduction == "sum"
     assert obj.pointer_supervision

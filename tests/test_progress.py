@@ -48,9 +48,9 @@ def test_conversion_vocab_and_perplexity_show_counts(corpus, trained_model_dir, 
                            for e in records))
     files = dataset.resolve_files(str(src), str(tmp_path / "cache"), verbose=1)
     assert "40/Unknown" in _plain(capsys.readouterr())
-    dataset.build_vocab(files, config.tiny().data, verbose=1)
+    dataset.build_vocab(files, config.preset("tiny").data, verbose=1)
     assert "40/Unknown" in _plain(capsys.readouterr())
-    dataset.build_vocab(files, config.tiny().data)  # not a terminal: silent
+    dataset.build_vocab(files, config.preset("tiny").data)  # not a terminal: silent
     assert capsys.readouterr().out == ""
 
     from pgn_tf.inference import Summarizer

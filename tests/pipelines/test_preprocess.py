@@ -62,7 +62,7 @@ def test_jsonl_counts_add_up_and_output_trains(tmp_path):
     assert json.loads((out / "stats.json").read_text())["read"] == 65
 
     # The vocab equals the one pgn_tf.train would build from the same training records.
-    cfg = config.tiny().data
+    cfg = config.preset("tiny").data
     cfg.vocab_size = 30
     want = dataset.build_vocab(sorted(tf.io.gfile.glob(str(out / "train-*.tfrecord"))), cfg)
     got = (out / "vocab.txt").read_text().splitlines()
