@@ -61,7 +61,7 @@ def tokenizer_settings(version_path: str) -> dict:
 
 @functools.cache
 def _template() -> str:
-    return resources.files("serving").joinpath("static", "explain.html").read_text("utf-8")
+    return resources.files("pgn_tf.serving").joinpath("static", "explain.html").read_text("utf-8")
 
 
 def page(model: str, version: int | None, label: str | None, version_path: str) -> bytes:
