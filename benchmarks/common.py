@@ -8,7 +8,7 @@ import platform
 
 import numpy as np
 
-from pgn_tf import hardware
+from pgn_tf.training import hardware
 
 
 def percentiles(latencies_s: list[float]) -> dict:
@@ -24,7 +24,7 @@ VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_i
 
 def vector_flags() -> dict[str, bool] | None:
     """{flag: present} of the vector extensions that decide TF's CPU speed (/proc/cpuinfo, read
-    by pgn_tf.hardware); None where the CPU's flags cannot be read."""
+    by pgn_tf.training.hardware); None where the CPU's flags cannot be read."""
     flags = hardware.cpu_flags()
     if flags is None:
         return None

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import emit  # noqa: E402
-from pgn_tf import hardware  # noqa: E402
+from pgn_tf.training import hardware  # noqa: E402
 
 
 def gflops(n: int, dtype: tf.DType, seconds: float, repeats: int = 8) -> float:

@@ -1,5 +1,6 @@
 """Training throughput: steady-state steps/s, source tokens/s, examples/s and GFLOP/s of the
-training step (pgn_tf.trainer's Trainer, the same tf.function and strategy), warm-up excluded.
+training step (pgn_tf.training.trainer's Trainer, the same tf.function and strategy), warm-up
+excluded.
 
     python benchmarks/train_throughput.py --config reference_onmt --data train.jsonl.gz \
         [--steps 60] [--warmup 10] [--set train.mixed_precision=auto] [--profile DIR]
@@ -10,7 +11,8 @@ counts them. FLOPs are counted analytically on real tokens too (`step_flops`): f
 length, its summary length), training = 3x forward (backward costs two forward passes); the
 padded-shape count is printed beside it. Compare with benchmarks/matmul_peak.py.
 
-Every step waits for its result (as pgn_tf.loop does, which reads the loss each step), so the
+Every step waits for its result (as pgn_tf.training.loop does, which reads the loss each step),
+so the
 per-step times are exact: the median and the fastest are printed beside the mean, because
 these machines are shared and the mean moves with other load; the process CPU time per step is
 printed too. `--profile DIR` traces 5 steps after the timed ones with tf.profiler
@@ -36,7 +38,7 @@ from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import train  # noqa: E402
 from pgn_tf.data import dataset, synthetic  # noqa: E402
 from pgn_tf.model_dir import ModelDir  # noqa: E402
-from pgn_tf.trainer import Trainer  # noqa: E402
+from pgn_tf.training.trainer import Trainer  # noqa: E402
 
 
 def forward_flops(m: config_lib.ModelConfig, vocab: int, src_tokens: float, tgt_tokens: float,

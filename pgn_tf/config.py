@@ -187,7 +187,7 @@ class TrainConfig:
     seed: int = 1234
     # "" (float32), "mixed_bfloat16" or "mixed_float16": Keras mixed precision, bf16 / float16
     # compute with float32 variables and float32 losses (float16 with Keras's dynamic loss
-    # scaling; bf16 needs none). "auto" (pgn_tf.hardware.choose_policy): on a GPU (compute
+    # scaling; bf16 needs none). "auto" (pgn_tf.training.hardware.choose_policy): on a GPU (compute
     # capability >= 7.0) mixed_float16, not measured here; without one mixed_bfloat16 where
     # the CPU multiplies bf16 natively, float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it

@@ -35,11 +35,12 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import digest_metrics, objectives, progress, text
+from pgn_tf import digest_metrics, objectives, text
 from pgn_tf.data import dataset, jsonl, tfrecord
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
+from pgn_tf.utils import progress
 
 
 def read_split(path: str, fmt: str | None, limit: int | None) -> list[Example]:

@@ -5,8 +5,9 @@
 
 Without --train_data it trains on the bundled synthetic corpus (pgn_tf.data.synthetic) with the
 `tiny` preset. The run is validated before anything is written (config, model-dir
-compatibility, vocab, data paths); then pgn_tf.trainer builds data, model, optimizer and
-objective (pgn_tf.objectives) under the strategy, and pgn_tf.loop runs the steps. Checkpoints go
+compatibility, vocab, data paths); then pgn_tf.training.trainer builds data, model, optimizer and
+objective (pgn_tf.objectives) under the strategy, and pgn_tf.training.loop runs the steps.
+Checkpoints go
 to <model_dir>/ckpt (resumed automatically, the data order continuing), the best one to
 <model_dir>/best, TensorBoard logs to <model_dir>/{train,eval}. Running again with
 `--set model.coverage=true` in a model dir trained without coverage converts the model (See et
@@ -34,14 +35,14 @@ import sys
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import loop
 from pgn_tf import model_dir as model_dir_lib
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset, synthetic, tfrecord
-from pgn_tf.dirlock import DirLock
-from pgn_tf.durable import write_json
 from pgn_tf.errors import UserError, run_cli
-from pgn_tf.trainer import Trainer, barrier, worker_role
+from pgn_tf.training import loop
+from pgn_tf.training.trainer import Trainer, barrier, worker_role
+from pgn_tf.utils.dirlock import DirLock
+from pgn_tf.utils.durable import write_json
 
 
 def set_cpu_devices(n: int) -> None:

@@ -23,10 +23,11 @@ import sys
 
 import tensorflow as tf
 
-from pgn_tf import evaluate, progress
+from pgn_tf import evaluate
 from pgn_tf.decoding.features import NUM_FEATURES
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, tokens_to_sentences
+from pgn_tf.utils import progress
 
 
 def make_scorer(summarizer: Summarizer, articles: list[str], references: list[str],

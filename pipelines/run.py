@@ -20,7 +20,8 @@ mid-way continues where it stopped (training resumes from its last checkpoint).
 Each step shows its progress (the Beam pipeline's counts, the training bar, the decoding of the
 validation examples) unless `--quiet`.
 
-One run at a time per run_dir: `<run_dir>/.lock` (pgn_tf.dirlock) refuses a second one with the
+One run at a time per run_dir: `<run_dir>/.lock` (pgn_tf.utils.dirlock) refuses a second one with
+the
 holder's pid; a killed run's lock is taken over. A step's fingerprint covers its config and,
 for preprocess, the input data itself (each input file's path, size and modification time), so
 new or changed data is preprocessed again and everything after it re-runs. At start, what a
@@ -54,9 +55,9 @@ import time
 
 import yaml
 
-from pgn_tf import durable
-from pgn_tf.dirlock import DirLock, process_alive
 from pgn_tf.errors import UserError, run_cli
+from pgn_tf.utils import durable
+from pgn_tf.utils.dirlock import DirLock, process_alive
 
 DEFAULTS = {
     "run_dir": "runs/pipeline",
@@ -212,7 +213,8 @@ def score_saved_model(path: str, examples, batch_size: int, verbose: int = 1) ->
     import tensorflow as tf
 
     from pgn_tf import config as config_lib
-    from pgn_tf import evaluate, progress
+    from pgn_tf import evaluate
+    from pgn_tf.utils import progress
 
     with open(os.path.join(path, "assets.extra", "config.json")) as f:
         cfg = config_lib.Config.from_dict(json.load(f))
@@ -389,7 +391,7 @@ def clean_leftovers(run_dir: str, serving_base: str) -> list[str]:
 def run(cfg: dict, verbose: int | None = None) -> dict:
     """Runs the flow; returns every step's outputs. verbose 0: no progress bars; None: bars
     when standard output is a terminal."""
-    from pgn_tf.progress import verbosity
+    from pgn_tf.utils.progress import verbosity
 
     verbose = verbosity(verbose)
     run_dir = cfg["run_dir"]

@@ -11,14 +11,14 @@ import time
 
 import pytest
 
-from pgn_tf.dirlock import LOCK_NAME, DirLock
 from pgn_tf.errors import UserError
+from pgn_tf.utils.dirlock import LOCK_NAME, DirLock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 HOLD = """
 import sys
-from pgn_tf.dirlock import DirLock
+from pgn_tf.utils.dirlock import DirLock
 lock = DirLock(sys.argv[1], "run dir").acquire()
 print("held", flush=True)
 sys.stdin.read()  # until the test closes stdin or kills us
@@ -105,7 +105,7 @@ def test_stale_locks_are_taken_over_live_or_foreign_ones_are_not(tmp_path):
 
 RACE = """
 import sys
-from pgn_tf.dirlock import DirLock
+from pgn_tf.utils.dirlock import DirLock
 from pgn_tf.errors import UserError
 print("ready", flush=True)
 sys.stdin.readline()  # start together

@@ -1,7 +1,7 @@
 import pytest
 import tensorflow as tf
 
-from pgn_tf import hardware
+from pgn_tf.training import hardware
 
 BF16_CPU = frozenset({"avx2", "avx512f", "avx512_bf16"})
 

@@ -24,7 +24,8 @@ DEADLINE_S = 600  # the whole test; each wait below is bounded by it
 WORKER = """
 import sys
 import numpy as np
-from pgn_tf import loop, train
+from pgn_tf import train
+from pgn_tf.training import loop
 fit = loop.fit
 def fit_and_dump(trainer, verbose=1):
     result = fit(trainer, verbose)
@@ -104,7 +105,7 @@ class _Strategy:
 
 
 def test_the_chief_is_task_chief_or_worker_zero():
-    from pgn_tf.trainer import worker_role
+    from pgn_tf.training.trainer import worker_role
 
     two = {"worker": ["h:1", "h:2"]}
     assert worker_role(_Strategy(two, "worker", 0)) == (True, 2)

@@ -1,11 +1,11 @@
-"""pgn_tf.optimizers (fused Adagrad and Adam kernels) against Keras's own update rules."""
+"""pgn_tf.training.optimizers (fused Adagrad and Adam kernels) against Keras's own update rules."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgn_tf import optimizers
+from pgn_tf.training import optimizers
 
 
 def _run(opt, grads_per_step, shape=(5, 3), compiled=True):
@@ -100,7 +100,7 @@ def test_the_compiled_step_runs_the_fused_kernel(opt, kernel):
 
 def test_an_xla_compiled_step_keeps_keras_optimizers():
     from pgn_tf import config as config_lib
-    from pgn_tf.trainer import make_optimizer
+    from pgn_tf.training.trainer import make_optimizer
 
     cfg = config_lib.Config().train
     assert type(make_optimizer(cfg)) is optimizers.Adagrad

@@ -5,8 +5,9 @@ import json
 import re
 import types
 
-from pgn_tf import config, evaluate, loop
+from pgn_tf import config, evaluate
 from pgn_tf.data import dataset, tfrecord
+from pgn_tf.training import loop
 
 
 def _trainer(minutes: float, max_steps: int = 1_000_000):

@@ -77,7 +77,7 @@ def test_resume_continues_from_the_last_step_with_identical_variables(trained, c
     reader = tf.train.load_checkpoint(str(model_dir / "ckpt" / "ckpt-20"))
     from pgn_tf import config, vocab
     from pgn_tf.model_dir import ModelDir
-    from pgn_tf.trainer import Trainer
+    from pgn_tf.training.trainer import Trainer
 
     cfg = config.load_from_model_dir(str(model_dir))
     voc = vocab.Vocab.load(str(model_dir / "vocab.txt"), cfg.data.vocab_size)
@@ -322,7 +322,7 @@ def test_selection_pairs_past_the_validation_set_are_one_line_error(tmp_path, co
 def test_a_locked_model_dir_and_a_corrupt_record_are_one_line_errors(tmp_path, corpus):
     """A second writer is refused naming the holder's pid; a record whose checksum fails in the
     middle of training stops the run with one line naming the file and byte offset."""
-    from pgn_tf.dirlock import DirLock
+    from pgn_tf.utils.dirlock import DirLock
     from tests.data.test_readers import record_offsets
 
     with DirLock(str(tmp_path / "locked"), what="model dir"):

@@ -19,11 +19,12 @@ import os
 
 import tensorflow as tf
 
-from pgn_tf import progress, text
+from pgn_tf import text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.config import DataConfig
 from pgn_tf.data import tfrecord
 from pgn_tf.data.example import ReadStats
+from pgn_tf.utils import progress
 
 FORMATS = ("tfrecord", "jsonl", "story", "see_bin", "tfds", "parallel")
 

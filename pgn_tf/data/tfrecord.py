@@ -20,8 +20,8 @@ from collections.abc import Iterable
 import google_crc32c
 import tensorflow as tf
 
-from pgn_tf import durable
 from pgn_tf.data.example import Example
+from pgn_tf.utils import durable
 
 # A record on disk: uint64 length, uint32 CRC of the length, the data, uint32 CRC of the data.
 RECORD_OVERHEAD = 16

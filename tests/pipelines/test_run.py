@@ -220,7 +220,7 @@ def subprocess_pid_that_exited():
 
 
 def test_a_second_run_on_a_locked_run_dir_is_refused(tmp_path, capsys):
-    from pgn_tf.dirlock import DirLock
+    from pgn_tf.utils.dirlock import DirLock
 
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump({"run_dir": str(tmp_path / "run"),

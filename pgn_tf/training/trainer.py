@@ -1,7 +1,8 @@
 """What one training run holds: strategy, data, model, optimizer, objective, checkpoints, the
 compiled steps, and validation (eval loss or ROUGE) with the best checkpoint.
 
-`pgn_tf.train` (the CLI) validates the config and builds a Trainer; `pgn_tf.loop.fit` runs it.
+`pgn_tf.train` (the CLI) validates the config and builds a Trainer; `pgn_tf.training.loop.fit`
+runs it.
 """
 
 from __future__ import annotations
@@ -16,17 +17,19 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import hardware, objectives, optimizers
 from pgn_tf import model_dir as model_dir_lib
+from pgn_tf import objectives
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
 from pgn_tf.errors import UserError
 from pgn_tf.models import build_model
+from pgn_tf.training import hardware, optimizers
 
 
 def make_optimizer(train_cfg: config_lib.TrainConfig) -> keras.optimizers.Optimizer:
     """train.optimizer; Adagrad and Adam update each variable with one fused TF kernel
-    (pgn_tf.optimizers), except in an XLA-compiled step (train.jit_compile), where XLA fuses
+    (pgn_tf.training.optimizers), except in an XLA-compiled step (train.jit_compile), where XLA
+    fuses
     Keras's element-wise update itself and the sparse path's tf.unique has no XLA kernel."""
     lr = initial_learning_rate(train_cfg)
     fused = not train_cfg.jit_compile

@@ -1,5 +1,5 @@
 """The training loop: steps, logs, checkpoints, validation, the best checkpoint, early stopping,
-the learning-rate schedule and the wall-clock budget, around a Trainer (pgn_tf.trainer).
+the learning-rate schedule and the wall-clock budget, around a Trainer (pgn_tf.training.trainer).
 
 Stops at train.max_steps, after train.max_minutes, after train.early_stop_patience evaluations
 without a better validation measure, or with a UserError when train.max_nonfinite_steps steps in
@@ -17,7 +17,7 @@ import keras
 import tensorflow as tf
 
 from pgn_tf.errors import UserError
-from pgn_tf.trainer import Trainer, initial_learning_rate
+from pgn_tf.training.trainer import Trainer, initial_learning_rate
 
 SCALARS = ("loss", "nll", "coverage_loss", "p_gen_mean", "grad_norm", "reward_sample",
            "reward_greedy", "sample_capped", "advantage_abs", "advantage_zero", "sample_entropy",
