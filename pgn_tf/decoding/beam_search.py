@@ -506,13 +506,14 @@ class BeamSearch(DecodingStrategy):
         scores every extension, the best live and finished ones are kept, the model state follows
         the live ones, and the articles that finish now write their result."""
         b = tf.shape(state.orig)[0]
+        here = tf.equal(tf.range(self.max_steps), step)  # [T]: this step's position
         log_probs, model_state, step_ex = self.step_fn(state.ids, step, state.model_state)
-        cand = self._candidates(step, state, log_probs, k_in, first)
+        cand = self._candidates(step, here, state, log_probs, b, k_in, first)
         live_pos, alive_logp = self._select_live(cand)
         now = self._step_extras(step_ex, b, k_in)
         cand_cov, cand_pen = self._coverage(state, now, cand)
         fin_pos, fin_score, fin_seq, fin_len = self._select_finished(step, state, cand, cand_pen)
-        alive_extras, fin_extras = self._follow_extras(step, state, now, cand, live_pos, fin_pos)
+        alive_extras, fin_extras = self._follow_extras(here, state, now, cand, live_pos, fin_pos)
 
         def live(t):
             return tf.gather(t, live_pos, batch_dims=1)
@@ -532,12 +533,12 @@ class BeamSearch(DecodingStrategy):
         )
         return self._write_finished(step, new)
 
-    def _candidates(self, step, state: BeamState, log_probs, k_in, first: bool) -> _Candidates:
+    def _candidates(self, step, here, state: BeamState, log_probs, b, k_in,
+                    first: bool) -> _Candidates:
         """See et al.: every hypothesis extended by every token, the best `pool` (2K) of an
         article by summed log-probability, after the constraints of `ban_entries` (min length,
         no-UNK, trigram blocking of Paulus et al. 2017, the repeated-word block). A `Mixture` is
         searched in parts (`mixture_candidates`), a dense distribution whole."""
-        b = tf.shape(state.orig)[0]
         seq = tf.reshape(state.alive_seq, [b * k_in, self.max_steps])
         if isinstance(log_probs, Mixture):
             ban_idx, ban_values = ban_entries(b * k_in, seq, step, **self.constraints)
@@ -552,7 +553,6 @@ class BeamSearch(DecodingStrategy):
             scores = tf.pad(scores, [[0, 0], [0, short]], constant_values=NEG_INF * 2)
             beam = tf.pad(beam, [[0, 0], [0, short]])
             token = tf.pad(token, [[0, 0], [0, short]])
-        here = tf.equal(tf.range(self.max_steps), step)  # [T]
         cand_seq = tf.where(here[None, None, :], token[:, :, None],
                             tf.gather(state.alive_seq, beam, batch_dims=1))  # [b, P, T]
         is_stop = tf.equal(token, self.stop_id)
@@ -609,12 +609,11 @@ class BeamSearch(DecodingStrategy):
                             fin_pos, batch_dims=1)
         return fin_pos, fin_score, fin_seq, fin_len
 
-    def _follow_extras(self, step, state: BeamState, now: dict, cand: _Candidates, live_pos,
+    def _follow_extras(self, here, state: BeamState, now: dict, cand: _Candidates, live_pos,
                        fin_pos):
         """The requested extras follow their hypotheses: a candidate's are its parent's with this
-        step's at position `step`, then the live and finished ones are selected as the
-        hypotheses are. Returns (alive, finished) dicts of [b, K, T, ...]."""
-        here = tf.equal(tf.range(self.max_steps), step)  # [T]
+        step's at this step's position (`here`), then the live and finished ones are selected
+        as the hypotheses are. Returns (alive, finished) dicts of [b, K, T, ...]."""
         alive, fin = {}, {}
         for x in self.extras:
             at = tf.reshape(here, [1, 1, -1] + [1] * (now[x].shape.rank - 2))
@@ -630,7 +629,7 @@ class BeamSearch(DecodingStrategy):
         """Each article's result if it stopped after `step`, dict of [b, ...]: its best finished
         hypothesis or, with none, its best live one by the same score (See et al.'s fallback);
         tokens and extras zero after the end."""
-        b, T = tf.shape(state.orig)[0], self.max_steps
+        T = self.max_steps
         has_fin = state.fin_score[:, 0] > NEG_INF / 2  # [b]
         alive_final = state.alive_logp / length_norm(step + 1, self.length_penalty)  # [b, K]
         if self.beta > 0:
@@ -642,7 +641,7 @@ class BeamSearch(DecodingStrategy):
         def pick(fin, alive):
             x = tf.where(tf.reshape(has_fin, [-1] + [1] * (fin.shape.rank - 2)), fin[:, 0],
                          tf.gather(alive, best_alive, batch_dims=1))
-            return tf.where(tf.reshape(keep, [b, T] + [1] * (fin.shape.rank - 3)), x,
+            return tf.where(tf.reshape(keep, [-1, T] + [1] * (fin.shape.rank - 3)), x,
                             tf.zeros_like(x))
 
         result = {
