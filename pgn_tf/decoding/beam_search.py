@@ -42,12 +42,13 @@ With these rules beam 1 is exactly greedy search and a wide beam finds the exhau
 
 Speed: step 0 runs on one row an article (the K beams start as copies of one state and
 [START]; `first_step`), the later steps on the b*K hypotheses. Finished articles leave the
-batch. When the live articles fall to `compact_below` of
-the rows being decoded, every per-article and per-hypothesis tensor is gathered down to them
-(the loop's batch dimension is dynamic); a finished article's result is written into [B, ...]
-output buffers at its original index the step it finishes.
+batch: when the live articles fall to `compact_below` of the rows being decoded, every
+per-article and per-hypothesis tensor is gathered down to them (the loop's batch dimension is
+dynamic); a finished article's result is written into [B, ...] output buffers at its original
+index the step it finishes.
 
-The loop state, each key with its shape: `BeamState`. One step: `BeamSearch.step`.
+Structure (OpenNMT-tf's DecodingStrategy): `BeamSearch` holds the rules, `BeamState` the loop
+state (each field with its dtype and shape), `strategy.dynamic_decode` the tf.while_loop.
 """
 
 from __future__ import annotations
