@@ -42,32 +42,22 @@ With these rules beam 1 is exactly greedy search and a wide beam finds the exhau
 
 Speed: step 0 runs on one row an article (the K beams start as copies of one state and
 [START]; `first_step`), the later steps on the b*K hypotheses. Finished articles leave the
-batch. When the live articles fall to `compact_below` of
-the rows being decoded, every per-article and per-hypothesis tensor is gathered down to them
-(the loop's batch dimension is dynamic); a finished article's result is written into [B, ...]
-output buffers at its original index the step it finishes.
+batch: when the live articles fall to `compact_below` of the rows being decoded, every
+per-article and per-hypothesis tensor is gathered down to them (the loop's batch dimension is
+dynamic); a finished article's result is written into [B, ...] output buffers at its original
+index the step it finishes.
 
-Loop state (b live articles, K beams, T = max_steps, L = source length, P = candidate pool):
-    step         int32 []
-    orig         int32 [b]          original index of each live article
-    done         bool [b]           finished (result written), not yet compacted away
-    ids          int32 [b*K]        last token of each hypothesis
-    alive_seq    int32 [b, K, T]    tokens of live hypotheses (without [START])
-    alive_logp   float [b, K]       their summed log-probabilities (-1e9 = empty slot)
-    fin_seq      int32 [b, K, T]    finished hypotheses ([STOP] stored at fin_len)
-    fin_score    float [b, K]       their normalised scores (-1e9 = empty slot)
-    fin_len      int32 [b, K]       tokens before [STOP]
-    state        nest of [b*K, ...] (ARTICLE part [b*K, ...] too)
-    alive_cov    float [b, K, L]    attention sums (coverage_penalty > 0 only)
-    alive_<x>, fin_<x>              extras of the hypotheses: attn [b, K, T, L], p_gen [b, K, T],
-                                    src_pos int32 [b, K, T] (argmax of attn)
-    out          dict of [B, ...]   results: ids [B, T], length [B], score [B], extras
+Structure (OpenNMT-tf's DecodingStrategy): `BeamSearch` holds the rules, `BeamState` the loop
+state (each field with its dtype and shape), `strategy.dynamic_decode` the tf.while_loop.
 """
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import tensorflow as tf
 
+from pgn_tf.decoding.strategy import DecodingStrategy, dynamic_decode
 from pgn_tf.layers.pointer import Mixture
 
 NEG_INF = -1e9
@@ -348,6 +338,352 @@ def _wanted_extras(return_extras) -> tuple[str, ...]:
     return tuple(return_extras)
 
 
+class BeamState(NamedTuple):
+    """The loop state of `BeamSearch`, each field with its dtype and shape: b live articles (B at
+    the start; finished ones leave the batch, `BeamSearch.step`), K beams, T = max_steps, L the
+    source length. A field that is off holds () (an empty nest)."""
+
+    orig: tf.Tensor  # int32 [b]: each live article's index in the batch (where its result goes)
+    done: tf.Tensor  # bool [b]: finished (result written), not yet compacted away
+    ids: tf.Tensor  # int32 [b*K]: the last token of each hypothesis, the next step's input
+    alive_seq: tf.Tensor  # int32 [b, K, T]: tokens of the live hypotheses (without [START])
+    alive_logp: tf.Tensor  # float32 [b, K]: their summed log-probabilities (-1e9: empty slot)
+    alive_cov: Any  # float32 [b, K, L]: their attention sums (coverage_penalty > 0; else ())
+    alive_extras: dict  # name -> [b, K, T, ...]: their requested extras (`EXTRAS`)
+    fin_seq: tf.Tensor  # int32 [b, K, T]: finished hypotheses ([STOP] stored at fin_len)
+    fin_score: tf.Tensor  # float32 [b, K]: their normalised scores, best first (-1e9: empty)
+    fin_len: tf.Tensor  # int32 [b, K]: their tokens before [STOP]
+    fin_extras: dict  # name -> [b, K, T, ...]: their requested extras
+    model_state: Any  # step_fn's nest of [b*K, ...] (ARTICLE part too; SHARED as it is)
+    out: dict  # name -> [B, ...]: each article's result at its original index (beam_search)
+
+
+class _Candidates(NamedTuple):
+    """One step's P best extensions of each article's hypotheses, best first."""
+
+    score: tf.Tensor  # float32 [b, P]: summed log-probability (< -5e8: banned or no candidate)
+    beam: tf.Tensor  # int32 [b, P]: the hypothesis it extends (of the article's k_in)
+    token: tf.Tensor  # int32 [b, P]: the token it adds
+    seq: tf.Tensor  # int32 [b, P, T]: its tokens
+    is_stop: tf.Tensor  # bool [b, P]: the token is [STOP]
+    valid: tf.Tensor  # bool [b, P]: neither banned, missing nor recombined away
+
+
+class BeamSearch(DecodingStrategy):
+    """The search of the module docstring as a decoding strategy over a `BeamState`: one
+    `step` scores every extension, selects the candidates, keeps the finished hypotheses and
+    reorders the state. Arguments as `beam_search`'s (initial_state goes to `initialize`)."""
+
+    first_step_apart = True
+
+    def __init__(
+        self,
+        step_fn,
+        batch_size,
+        beam_size,
+        max_steps,
+        start_id: int,
+        stop_id: int,
+        min_steps=0,
+        length_penalty: float = 0.0,
+        block_trigrams: bool = False,
+        unk_id: int | None = None,
+        return_extras=False,
+        src_len=None,
+        coverage_penalty: float = 0.0,
+        repeat_exempt=None,
+        recombine_window: int = 0,
+        compact_below: float = 1.0,
+    ):
+        self.step_fn = step_fn
+        self.batch_size, self.beam_size, self.max_steps = batch_size, beam_size, max_steps
+        self.start_id, self.stop_id = start_id, stop_id
+        self.length_penalty = length_penalty
+        self.extras = _wanted_extras(return_extras)
+        self.src_len = src_len
+        self.beta = float(coverage_penalty or 0.0)
+        self.recombine_window = int(recombine_window or 0)
+        self.compact_below = compact_below
+        if ("attn" in self.extras or self.beta > 0) and src_len is None:
+            raise ValueError("beam_search: src_len is needed for the attention extras and the "
+                             "coverage penalty")
+        # `ban_entries`' arguments after (n, seq, step)
+        self.constraints = dict(stop_id=stop_id, min_steps=min_steps, unk_id=unk_id,
+                                block_trigrams=block_trigrams, repeat_exempt=repeat_exempt)
+        self.pool = 2 * beam_size
+        if self.recombine_window:
+            self.pool = tf.maximum(self.pool, beam_size * beam_size)
+
+    def initialize(self, model_state) -> BeamState:
+        """[START] for every hypothesis and only the first beam live, so that the K beams do not
+        start as K copies; no finished hypothesis; zero results."""
+        B, K, T = self.batch_size, self.beam_size, self.max_steps
+        out = {"ids": tf.zeros([B, T], tf.int32), "length": tf.zeros([B], tf.int32),
+               "score": tf.zeros([B])}
+        alive_extras, fin_extras = {}, {}
+        for x in self.extras:
+            tail = [self.src_len] if x == "attn" else []
+            dtype = tf.int32 if x == "src_pos" else tf.float32
+            alive_extras[x] = tf.zeros([B, K, T] + tail, dtype)
+            fin_extras[x] = tf.zeros([B, K, T] + tail, dtype)
+            out[x] = tf.zeros([B, T] + tail, dtype)
+        return BeamState(
+            orig=tf.range(B),
+            done=tf.zeros([B], tf.bool),
+            ids=tf.fill([B * K], self.start_id),
+            alive_seq=tf.zeros([B, K, T], tf.int32),
+            alive_logp=tf.tile(tf.concat([[0.0], tf.fill([K - 1], NEG_INF)], 0)[None, :], [B, 1]),
+            alive_cov=tf.zeros([B, K, self.src_len]) if self.beta > 0 else (),
+            alive_extras=alive_extras,
+            fin_seq=tf.zeros([B, K, T], tf.int32),
+            fin_score=tf.fill([B, K], NEG_INF),
+            fin_len=tf.zeros([B, K], tf.int32),
+            fin_extras=fin_extras,
+            model_state=model_state,
+            out=out,
+        )
+
+    def running(self, step, state: BeamState):
+        """An article stops at its K finished hypotheses; the search when all have, or at T."""
+        return tf.logical_and(step < self.max_steps, tf.reduce_any(~state.done))
+
+    def shape_invariants(self, state: BeamState) -> BeamState:
+        """The batch dimension of every per-article and per-hypothesis tensor is dynamic
+        (finished articles leave the batch); SHARED tensors, scalars and `out` keep theirs."""
+
+        def dynamic(t):
+            return tf.TensorShape([None]).concatenate(t.shape[1:])
+
+        def fixed(t):
+            return t.shape
+
+        rows = tf.nest.map_structure(dynamic, state._replace(model_state=(), out=()))
+        return rows._replace(model_state=map_state(state.model_state, dynamic, dynamic, fixed),
+                             out=tf.nest.map_structure(fixed, state.out))
+
+    def first_step(self, step, state: BeamState) -> BeamState:
+        """Step 0 from one hypothesis an article: the K beams start as K copies of the same
+        state and [START], so one row of each does the step's work (the vocabulary layer on B
+        rows, not B*K); the live hypotheses it keeps take the tiled per-article tensors."""
+        rows = tf.range(self.batch_size) * self.beam_size
+
+        def first_row(t):
+            return tf.gather(t, rows)
+
+        def first_beam(t):
+            return t[:, :1]
+
+        one = state._replace(
+            ids=first_row(state.ids),
+            alive_seq=first_beam(state.alive_seq),
+            alive_logp=first_beam(state.alive_logp),
+            alive_cov=tf.nest.map_structure(first_beam, state.alive_cov),
+            alive_extras=tf.nest.map_structure(first_beam, state.alive_extras),
+            model_state=map_state(state.model_state, first_row, first_row),
+        )
+        new = self._advance(step, one, 1, first=True)
+        return new._replace(model_state=_with_article(new.model_state, state.model_state))
+
+    def step(self, step, state: BeamState) -> BeamState:
+        """One step of the K hypotheses of every live article; then, once the live articles are
+        at most `compact_below` of the rows decoded, the finished ones leave the batch (the
+        later steps run on fewer rows)."""
+        new = self._advance(step, state, self.beam_size)
+        if self.compact_below <= 0:
+            return new
+        b = tf.shape(new.orig)[0]
+        n_live = tf.reduce_sum(tf.cast(~new.done, tf.int32))
+        shrink = ((n_live > 0) & (n_live < b)
+                  & (tf.cast(n_live, tf.float32) <= self.compact_below * tf.cast(b, tf.float32)))
+        return tf.cond(shrink, lambda: self._compact(new, tf.where(~new.done)[:, 0]),
+                       lambda: new)
+
+    def finalize(self, state: BeamState) -> dict:
+        """The results each article wrote the step it finished (`beam_search`'s Returns)."""
+        return state.out
+
+    def _advance(self, step, state: BeamState, k_in, first: bool = False) -> BeamState:
+        """One step from k_in hypotheses an article (K; 1 at the first step) to K: the model
+        scores every extension, the best live and finished ones are kept, the model state follows
+        the live ones, and the articles that finish now write their result."""
+        b = tf.shape(state.orig)[0]
+        here = tf.equal(tf.range(self.max_steps), step)  # [T]: this step's position
+        log_probs, model_state, step_ex = self.step_fn(state.ids, step, state.model_state)
+        cand = self._candidates(step, here, state, log_probs, b, k_in, first)
+        live_pos, alive_logp = self._select_live(cand)
+        now = self._step_extras(step_ex, b, k_in)
+        cand_cov, cand_pen = self._coverage(state, now, cand)
+        fin_pos, fin_score, fin_seq, fin_len = self._select_finished(step, state, cand, cand_pen)
+        alive_extras, fin_extras = self._follow_extras(here, state, now, cand, live_pos, fin_pos)
+
+        def live(t):
+            return tf.gather(t, live_pos, batch_dims=1)
+
+        parent = live(cand.beam) + tf.range(b)[:, None] * k_in  # [b, K] rows of model_state
+        new = state._replace(
+            ids=tf.reshape(live(cand.token), [-1]),
+            alive_seq=live(cand.seq),
+            alive_logp=alive_logp,
+            alive_cov=tf.nest.map_structure(live, cand_cov),
+            alive_extras=alive_extras,
+            fin_seq=fin_seq,
+            fin_score=fin_score,
+            fin_len=fin_len,
+            fin_extras=fin_extras,
+            model_state=reorder_state(model_state, tf.reshape(parent, [-1])),
+        )
+        return self._write_finished(step, new)
+
+    def _candidates(self, step, here, state: BeamState, log_probs, b, k_in,
+                    first: bool) -> _Candidates:
+        """See et al.: every hypothesis extended by every token, the best `pool` (2K) of an
+        article by summed log-probability, after the constraints of `ban_entries` (min length,
+        no-UNK, trigram blocking of Paulus et al. 2017, the repeated-word block). A `Mixture` is
+        searched in parts (`mixture_candidates`), a dense distribution whole."""
+        seq = tf.reshape(state.alive_seq, [b * k_in, self.max_steps])
+        if isinstance(log_probs, Mixture):
+            ban_idx, ban_values = ban_entries(b * k_in, seq, step, **self.constraints)
+            scores, beam, token = mixture_candidates(log_probs, ban_idx, ban_values,
+                                                     state.alive_logp, self.pool)
+        else:
+            log_probs = constrain(tf.cast(log_probs, tf.float32), seq, step, **self.constraints)
+            scores, beam, token = top_candidates(log_probs, state.alive_logp, self.pool)
+        if first:  # at least K candidates (fewer only when W < K), the missing ones invalid;
+            # in the loop K * min(2K, W) >= K
+            short = tf.maximum(self.beam_size - tf.shape(scores)[1], 0)
+            scores = tf.pad(scores, [[0, 0], [0, short]], constant_values=NEG_INF * 2)
+            beam = tf.pad(beam, [[0, 0], [0, short]])
+            token = tf.pad(token, [[0, 0], [0, short]])
+        cand_seq = tf.where(here[None, None, :], token[:, :, None],
+                            tf.gather(state.alive_seq, beam, batch_dims=1))  # [b, P, T]
+        is_stop = tf.equal(token, self.stop_id)
+        valid = scores > NEG_INF / 2
+        if self.recombine_window:
+            valid &= ~_recombined(cand_seq, is_stop, valid, step, self.recombine_window)
+        return _Candidates(scores, beam, token, cand_seq, is_stop, valid)
+
+    def _select_live(self, cand: _Candidates):
+        """See et al.: the best K candidates that did not stop stay live. Returns (their
+        positions in `cand` int32 [b, K], their log-probabilities float32 [b, K], -1e9 for an
+        empty slot)."""
+        live_scores = tf.where(cand.is_stop | ~cand.valid, NEG_INF * 2, cand.score)
+        alive_logp, live_pos = tf.math.top_k(live_scores, k=self.beam_size)
+        return live_pos, tf.maximum(alive_logp, NEG_INF)
+
+    def _step_extras(self, step_ex: dict, b, k_in) -> dict:
+        """This step's extras of each hypothesis, name -> [b, k_in, ...]: "attn" float32
+        [b, k_in, L] (for the coverage penalty too), "p_gen" float32, "src_pos" int32 (the
+        attention's argmax, for replace_unk)."""
+        now = {}
+        if self.beta > 0 or "attn" in self.extras or "src_pos" in self.extras:
+            now["attn"] = tf.reshape(tf.cast(step_ex["attn"], tf.float32), [b, k_in, -1])
+        if "p_gen" in self.extras:
+            now["p_gen"] = tf.reshape(tf.cast(step_ex["p_gen"], tf.float32), [b, k_in])
+        if "src_pos" in self.extras:
+            now["src_pos"] = tf.argmax(now["attn"], axis=-1, output_type=tf.int32)
+        return now
+
+    def _coverage(self, state: BeamState, now: dict, cand: _Candidates):
+        """Wu et al. (2016) eq. 14, GNMT's coverage penalty of each candidate: its parent's
+        attention sums plus this step's attention (float32 [b, P, L]) and the penalty of those
+        (float32 [b, P]); ((), 0.0) when coverage_penalty is 0."""
+        if self.beta <= 0:
+            return (), 0.0
+        cov = (tf.gather(state.alive_cov, cand.beam, batch_dims=1)
+               + tf.gather(now["attn"], cand.beam, batch_dims=1))  # [b, P, L]
+        return cov, gnmt_coverage_penalty(cov, self.beta)
+
+    def _select_finished(self, step, state: BeamState, cand: _Candidates, cand_pen):
+        """See et al.: a candidate ending in [STOP] joins the article's K best finished
+        hypotheses if it ranks above the K-th live one (so beam 1 is exactly greedy search),
+        scored by `length_norm` (average log-prob, or GNMT's length penalty) plus the coverage
+        penalty. Returns (their positions in [finished so far; candidates] int32 [b, K], scores,
+        tokens, lengths)."""
+        live_before = tf.cumsum(tf.cast(~cand.is_stop & cand.valid, tf.int32), axis=1,
+                                exclusive=True)
+        accepted = cand.is_stop & cand.valid & (live_before < self.beam_size)
+        stop_norm = cand.score / length_norm(step + 1, self.length_penalty) + cand_pen
+        all_scores = tf.concat([state.fin_score, tf.where(accepted, stop_norm, NEG_INF)], 1)
+        fin_score, fin_pos = tf.math.top_k(all_scores, k=self.beam_size)  # [b, K]
+        fin_seq = tf.gather(tf.concat([state.fin_seq, cand.seq], 1), fin_pos, batch_dims=1)
+        fin_len = tf.gather(tf.concat([state.fin_len, tf.fill(tf.shape(cand.token), step)], 1),
+                            fin_pos, batch_dims=1)
+        return fin_pos, fin_score, fin_seq, fin_len
+
+    def _follow_extras(self, here, state: BeamState, now: dict, cand: _Candidates, live_pos,
+                       fin_pos):
+        """The requested extras follow their hypotheses: a candidate's are its parent's with this
+        step's at this step's position (`here`), then the live and finished ones are selected
+        as the hypotheses are. Returns (alive, finished) dicts of [b, K, T, ...]."""
+        alive, fin = {}, {}
+        for x in self.extras:
+            at = tf.reshape(here, [1, 1, -1] + [1] * (now[x].shape.rank - 2))
+            cand_x = tf.where(at, tf.expand_dims(tf.gather(now[x], cand.beam, batch_dims=1), 2),
+                              tf.gather(state.alive_extras[x], cand.beam,
+                                        batch_dims=1))  # [b, P, T, ...]
+            alive[x] = tf.gather(cand_x, live_pos, batch_dims=1)
+            fin[x] = tf.gather(tf.concat([state.fin_extras[x], cand_x], 1), fin_pos,
+                               batch_dims=1)
+        return alive, fin
+
+    def _best(self, step, state: BeamState) -> dict:
+        """Each article's result if it stopped after `step`, dict of [b, ...]: its best finished
+        hypothesis or, with none, its best live one by the same score (See et al.'s fallback);
+        tokens and extras zero after the end."""
+        T = self.max_steps
+        has_fin = state.fin_score[:, 0] > NEG_INF / 2  # [b]
+        alive_final = state.alive_logp / length_norm(step + 1, self.length_penalty)  # [b, K]
+        if self.beta > 0:
+            alive_final += gnmt_coverage_penalty(state.alive_cov, self.beta)
+        best_alive = tf.argmax(alive_final, axis=1, output_type=tf.int32)  # [b]
+        length = tf.where(has_fin, state.fin_len[:, 0], step + 1)
+        keep = tf.range(T)[None, :] < length[:, None]  # [b, T]
+
+        def pick(fin, alive):
+            x = tf.where(tf.reshape(has_fin, [-1] + [1] * (fin.shape.rank - 2)), fin[:, 0],
+                         tf.gather(alive, best_alive, batch_dims=1))
+            return tf.where(tf.reshape(keep, [-1, T] + [1] * (fin.shape.rank - 3)), x,
+                            tf.zeros_like(x))
+
+        result = {
+            "ids": pick(state.fin_seq, state.alive_seq),
+            "length": length,
+            "score": tf.where(has_fin, state.fin_score[:, 0], tf.reduce_max(alive_final, axis=1)),
+        }
+        for x in self.extras:
+            result[x] = pick(state.fin_extras[x], state.alive_extras[x])
+        return result
+
+    def _write_finished(self, step, state: BeamState) -> BeamState:
+        """Articles that finish after `step` (K finished hypotheses, or the last step) write
+        their result into `out` at their original index and are marked done."""
+        write = ~state.done & ((state.fin_score[:, -1] > NEG_INF / 2)
+                               | (step + 1 >= self.max_steps))  # [b]
+        result = self._best(step, state)
+        rows = tf.where(write)  # [m, 1]
+        target = tf.gather_nd(state.orig, rows)[:, None]  # [m, 1]
+        out = {k: tf.tensor_scatter_nd_update(v, target, tf.gather_nd(result[k], rows))
+               for k, v in state.out.items()}
+        return state._replace(done=state.done | write, out=out)
+
+    def _compact(self, state: BeamState, keep: tf.Tensor) -> BeamState:
+        """Keeps the articles `keep` (int [m]) of every per-article and per-hypothesis tensor."""
+        K = self.beam_size
+        rows = tf.reshape(tf.cast(keep, tf.int32)[:, None] * K + tf.range(K), [-1])
+
+        def article(t):
+            return tf.gather(t, keep)
+
+        def hyp(t):
+            return tf.gather(t, rows)
+
+        per_article = tf.nest.map_structure(article,
+                                            state._replace(ids=(), model_state=(), out=()))
+        return per_article._replace(ids=hyp(state.ids),
+                                    model_state=map_state(state.model_state, hyp, hyp),
+                                    out=state.out)
+
+
 def beam_search(
     step_fn,
     initial_state,
@@ -367,7 +703,7 @@ def beam_search(
     recombine_window: int = 0,
     compact_below: float = 1.0,
 ):
-    """Runs the search (semantics in the module docstring).
+    """Runs the search (semantics in the module docstring): `BeamSearch` by `dynamic_decode`.
 
     Args:
       step_fn: the search interface (module docstring).
@@ -389,200 +725,10 @@ def beam_search(
       length int32 [B] (tokens before [STOP]), score float32 [B] (its ranking score),
       and the requested extras (zero after the end).
     """
-    B, K, T = batch_size, beam_size, max_steps
-    extras = _wanted_extras(return_extras)
-    beta = float(coverage_penalty or 0.0)
-    if ("attn" in extras or beta > 0) and src_len is None:
-        raise ValueError("beam_search: src_len is needed for the attention extras and the "
-                         "coverage penalty")
-    pool = 2 * K
-    if recombine_window:
-        pool = tf.maximum(pool, K * K)
-
-    alive_logp = tf.tile(tf.concat([[0.0], tf.fill([K - 1], NEG_INF)], 0)[None, :], [B, 1])
-    # Only the first beam is live at step 0, so the K beams do not start as K copies.
-    ex = {}
-    out = {"ids": tf.zeros([B, T], tf.int32), "length": tf.zeros([B], tf.int32),
-           "score": tf.zeros([B])}
-    for x in extras:
-        tail = [src_len] if x == "attn" else []
-        dtype = tf.int32 if x == "src_pos" else tf.float32
-        ex[f"alive_{x}"] = tf.zeros([B, K, T] + tail, dtype)
-        ex[f"fin_{x}"] = tf.zeros([B, K, T] + tail, dtype)
-        out[x] = tf.zeros([B, T] + tail, dtype)
-    if beta > 0:
-        ex["alive_cov"] = tf.zeros([B, K, src_len])
-    lv = {
-        "step": tf.constant(0),
-        "orig": tf.range(B),
-        "done": tf.zeros([B], tf.bool),
-        "ids": tf.fill([B * K], start_id),
-        "alive_seq": tf.zeros([B, K, T], tf.int32),
-        "alive_logp": alive_logp,
-        "fin_seq": tf.zeros([B, K, T], tf.int32),
-        "fin_score": tf.fill([B, K], NEG_INF),
-        "fin_len": tf.zeros([B, K], tf.int32),
-        "state": initial_state,
-        "ex": ex,
-        "out": out,
-    }
-    article_keys = ("orig", "done", "alive_seq", "alive_logp", "fin_seq", "fin_score",
-                    "fin_len", "ex")
-
-    def cond(lv):
-        return tf.logical_and(lv["step"] < T, tf.reduce_any(~lv["done"]))
-
-    def advance(lv, k_in, first: bool = False):
-        """One step of the search from k_in hypotheses an article (K in the loop; 1 at the
-        first step) to K; returns the new loop variables (compaction is the loop's)."""
-        step, ex = lv["step"], lv["ex"]
-        b = tf.shape(lv["orig"])[0]
-        log_probs, state, step_ex = step_fn(lv["ids"], step, lv["state"])
-        seq = tf.reshape(lv["alive_seq"], [b * k_in, T])
-        if isinstance(log_probs, Mixture):
-            ban_idx, ban_values = ban_entries(b * k_in, seq, step, stop_id, min_steps, unk_id,
-                                              block_trigrams, repeat_exempt)
-            top_scores, beam_idx, token = mixture_candidates(log_probs, ban_idx, ban_values,
-                                                             lv["alive_logp"], pool)
-        else:
-            log_probs = constrain(tf.cast(log_probs, tf.float32), seq, step, stop_id,
-                                  min_steps, unk_id, block_trigrams, repeat_exempt)
-            top_scores, beam_idx, token = top_candidates(log_probs, lv["alive_logp"], pool)
-        if first:  # at least K candidates (fewer only when W < K), the missing ones invalid;
-            # in the loop K * min(2K, W) >= K
-            short = tf.maximum(K - tf.shape(top_scores)[1], 0)
-            top_scores = tf.pad(top_scores, [[0, 0], [0, short]], constant_values=NEG_INF * 2)
-            beam_idx = tf.pad(beam_idx, [[0, 0], [0, short]])
-            token = tf.pad(token, [[0, 0], [0, short]])
-        here = tf.equal(tf.range(T), step)  # [T]
-        cand_seq = tf.where(here[None, None, :], token[:, :, None],
-                            tf.gather(lv["alive_seq"], beam_idx, batch_dims=1))  # [b, P, T]
-        is_stop = tf.equal(token, stop_id)
-        valid = top_scores > NEG_INF / 2
-        if recombine_window:
-            valid &= ~_recombined(cand_seq, is_stop, valid, step, int(recombine_window))
-
-        # Live hypotheses: the best K candidates that did not stop.
-        live_scores = tf.where(is_stop | ~valid, NEG_INF * 2, top_scores)
-        new_logp, live_pos = tf.math.top_k(live_scores, k=K)  # [b, K]
-        new_logp = tf.maximum(new_logp, NEG_INF)
-        parent = tf.gather(beam_idx, live_pos, batch_dims=1)  # [b, K]
-        state = reorder_state(state, tf.reshape(parent + tf.range(b)[:, None] * k_in, [-1]))
-        new_ids = tf.reshape(tf.gather(token, live_pos, batch_dims=1), [-1])
-        new_seq = tf.gather(cand_seq, live_pos, batch_dims=1)
-
-        step_attn = None
-        if beta > 0 or "attn" in extras or "src_pos" in extras:
-            step_attn = tf.reshape(tf.cast(step_ex["attn"], tf.float32),
-                                   [b, k_in, -1])  # [b, k_in, L]
-        cand_pen = 0.0
-        new_ex = {}
-        if beta > 0:
-            cand_cov = (tf.gather(ex["alive_cov"], beam_idx, batch_dims=1)
-                        + tf.gather(step_attn, beam_idx, batch_dims=1))  # [b, P, L]
-            cand_pen = gnmt_coverage_penalty(cand_cov, beta)  # [b, P]
-            new_ex["alive_cov"] = tf.gather(cand_cov, live_pos, batch_dims=1)
-
-        # Finished hypotheses: merge the stopped candidates into the K best so far.
-        # As in See et al.'s code, a stopped candidate counts only if it ranks above the K-th
-        # live one (so beam 1 is exactly greedy search).
-        live_before = tf.cumsum(tf.cast(~is_stop & valid, tf.int32), axis=1, exclusive=True)
-        accepted = is_stop & valid & (live_before < K)
-        stop_norm = top_scores / length_norm(step + 1, length_penalty) + cand_pen
-        all_scores = tf.concat([lv["fin_score"], tf.where(accepted, stop_norm, NEG_INF)], 1)
-        fin_score, fin_pos = tf.math.top_k(all_scores, k=K)  # [b, K]
-        fin_seq = tf.gather(tf.concat([lv["fin_seq"], cand_seq], 1), fin_pos, batch_dims=1)
-        fin_len = tf.gather(tf.concat([lv["fin_len"], tf.fill(tf.shape(token), step)], 1),
-                            fin_pos, batch_dims=1)
-
-        for x in extras:
-            if x == "attn":
-                now = step_attn
-            elif x == "p_gen":
-                now = tf.reshape(tf.cast(step_ex["p_gen"], tf.float32), [b, k_in])
-            else:
-                now = tf.argmax(step_attn, axis=-1, output_type=tf.int32)
-            at = tf.reshape(here, [1, 1, -1] + [1] * (now.shape.rank - 2))
-            cand = tf.where(at, tf.expand_dims(tf.gather(now, beam_idx, batch_dims=1), 2),
-                            tf.gather(ex[f"alive_{x}"], beam_idx, batch_dims=1))  # [b, P, T..]
-            new_ex[f"alive_{x}"] = tf.gather(cand, live_pos, batch_dims=1)
-            new_ex[f"fin_{x}"] = tf.gather(tf.concat([ex[f"fin_{x}"], cand], 1), fin_pos,
-                                           batch_dims=1)
-
-        # Articles that finish now (K results, or the last step) write their result.
-        write = ~lv["done"] & ((fin_score[:, -1] > NEG_INF / 2) | (step + 1 >= T))  # [b]
-        has_fin = fin_score[:, 0] > NEG_INF / 2
-        # An article with no finished hypothesis keeps its best live one.
-        alive_final = new_logp / length_norm(step + 1, length_penalty)  # [b, K]
-        if beta > 0:
-            alive_final += gnmt_coverage_penalty(new_ex["alive_cov"], beta)
-        best_alive = tf.argmax(alive_final, axis=1, output_type=tf.int32)  # [b]
-        length = tf.where(has_fin, fin_len[:, 0], step + 1)
-        keep = tf.range(T)[None, :] < length[:, None]  # [b, T]
-
-        def best(fin, alive):
-            x = tf.where(tf.reshape(has_fin, [-1] + [1] * (fin.shape.rank - 2)), fin[:, 0],
-                         tf.gather(alive, best_alive, batch_dims=1))
-            return tf.where(tf.reshape(keep, [b, T] + [1] * (fin.shape.rank - 3)), x,
-                            tf.zeros_like(x))
-
-        result = {
-            "ids": best(fin_seq, new_seq),
-            "length": length,
-            "score": tf.where(has_fin, fin_score[:, 0], tf.reduce_max(alive_final, axis=1)),
-        }
-        for x in extras:
-            result[x] = best(new_ex[f"fin_{x}"], new_ex[f"alive_{x}"])
-        rows = tf.where(write)  # [m, 1]
-        target = tf.gather_nd(lv["orig"], rows)[:, None]  # [m, 1]
-        out = {k: tf.tensor_scatter_nd_update(v, target, tf.gather_nd(result[k], rows))
-               for k, v in lv["out"].items()}
-        return {
-            "step": step + 1, "orig": lv["orig"], "done": lv["done"] | write, "ids": new_ids,
-            "alive_seq": new_seq, "alive_logp": new_logp, "fin_seq": fin_seq,
-            "fin_score": fin_score, "fin_len": fin_len, "state": state, "ex": new_ex, "out": out,
-        }
-
-    def body(lv):
-        new = advance(lv, K)
-        if compact_below > 0:
-            done, b = new["done"], tf.shape(new["orig"])[0]
-            n_live = tf.reduce_sum(tf.cast(~done, tf.int32))
-            shrink = ((n_live > 0) & (n_live < b)
-                      & (tf.cast(n_live, tf.float32) <= compact_below * tf.cast(b, tf.float32)))
-            new = tf.cond(shrink, lambda: _compact(new, tf.where(~done)[:, 0], K, article_keys),
-                          lambda: new)
-        return (tf.nest.map_structure(tf.ensure_shape, new, invariants),)
-
-    def first_step():
-        """Step 0 from one hypothesis an article: the K beams start as K copies of the same
-        state and [START], so one row of each does the step's work (the vocabulary layer on B
-        rows, not B*K); the live hypotheses it keeps take the tiled per-article tensors."""
-        rows = tf.range(B) * K
-        one = dict(lv, ids=tf.gather(lv["ids"], rows), alive_seq=lv["alive_seq"][:, :1],
-                   alive_logp=lv["alive_logp"][:, :1],
-                   ex={k: (v[:, :1] if k.startswith("alive_") else v)
-                       for k, v in lv["ex"].items()},
-                   state=map_state(lv["state"], lambda t: tf.gather(t, rows),
-                                   lambda t: tf.gather(t, rows)))
-        new = advance(one, 1, first=True)
-        new["state"] = _with_article(new["state"], lv["state"])
-        return new
-
-    def dynamic(t):
-        return tf.TensorShape([None]).concatenate(t.shape[1:])
-
-    invariants = {k: (tf.nest.map_structure(lambda t: t.shape, v) if k in ("step", "out")
-                      else tf.nest.map_structure(dynamic, v)) for k, v in lv.items()
-                  if k != "state"}
-    invariants["state"] = map_state(lv["state"], dynamic, dynamic, lambda t: t.shape)
-    invariants = {k: invariants[k] for k in lv}
-    # The first step runs outside the loop (first_step); not for an empty batch or T = 0,
-    # where the loop itself does nothing.
-    lv = tf.cond(tf.logical_and(T > 0, B > 0), first_step, lambda: lv)
-    lv = tf.nest.map_structure(tf.ensure_shape, lv, invariants)
-    (lv,) = tf.while_loop(cond, body, (lv,), shape_invariants=(invariants,))
-    return lv["out"]
+    search = BeamSearch(step_fn, batch_size, beam_size, max_steps, start_id, stop_id, min_steps,
+                        length_penalty, block_trigrams, unk_id, return_extras, src_len,
+                        coverage_penalty, repeat_exempt, recombine_window, compact_below)
+    return dynamic_decode(search, initial_state)
 
 
 def _with_article(state, source):
@@ -596,15 +742,3 @@ def _with_article(state, source):
         return y if in_article else x
 
     return walk(state, source, False)
-
-
-def _compact(lv: dict, keep: tf.Tensor, beam_size, article_keys) -> dict:
-    """Keeps the articles `keep` (int [m]) of every per-article and per-hypothesis tensor."""
-    rows = tf.reshape(tf.cast(keep, tf.int32)[:, None] * beam_size + tf.range(beam_size), [-1])
-    out = dict(lv)
-    for k in article_keys:
-        out[k] = tf.nest.map_structure(lambda t: tf.gather(t, keep), lv[k])
-    out["ids"] = tf.gather(lv["ids"], rows)
-    out["state"] = map_state(lv["state"], lambda t: tf.gather(t, rows),
-                             lambda t: tf.gather(t, rows))
-    return out

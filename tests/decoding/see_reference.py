@@ -51,13 +51,22 @@ def _banned(tokens, w, step, stop, min_steps, unk_id, block_trigrams, exempt):
     return False
 
 
+def _norm(emitted, alpha):
+    """The divisor of a summed log-probability: len(tokens) with [START] (See et al.'s
+    avg_log_prob) or, alpha > 0, GNMT's ((5 + |Y|) / 6)^alpha; emitted: tokens after [START]."""
+    if alpha > 0:
+        return np.power(f32((5 + emitted) / 6), f32(alpha), dtype=f32)
+    return f32(emitted + 1)
+
+
 def see_beam_search(step_fn, state, beam_size, max_steps, start_id, stop_id, min_steps=0,
                     coverage_penalty=0.0, unk_id=None, block_trigrams=False, exempt=None,
-                    recombine_window=0):
+                    recombine_window=0, length_penalty=0.0):
     """One article; state: nest of [K, ...] (the article's state repeated K times).
 
     Returns (tokens before [STOP], score): the best result by See et al.'s avg_log_prob
-    (summed log p over len(tokens) with [START] and [STOP]) plus GNMT's coverage penalty."""
+    (summed log p over len(tokens) with [START] and [STOP]; GNMT's length penalty instead with
+    length_penalty > 0) plus GNMT's coverage penalty."""
     K = beam_size
     hyps = [{"tokens": [], "logp": f32(0), "row": 0, "cov": None}]
     results = []
@@ -84,7 +93,7 @@ def see_beam_search(step_fn, state, beam_size, max_steps, start_id, stop_id, min
                 cov = (h["cov"] if h["cov"] is not None else 0) + attn[i]
             tokens = h["tokens"] + [w]
             if w == stop_id:
-                norm = score / f32(len(h["tokens"]) + 2)  # [START] ... [STOP]
+                norm = score / _norm(len(h["tokens"]) + 1, length_penalty)  # with [STOP]
                 results.append((norm + _cov_penalty(cov, coverage_penalty), h["tokens"]))
             else:
                 if recombine_window:
@@ -99,7 +108,7 @@ def see_beam_search(step_fn, state, beam_size, max_steps, start_id, stop_id, min
         if len(results) >= K:
             break
     if not results:
-        results = [(f32(h["logp"] / f32(len(h["tokens"]) + 1))
+        results = [(f32(h["logp"] / _norm(len(h["tokens"]), length_penalty))
                     + (_cov_penalty(h["cov"], coverage_penalty) if h["cov"] is not None
                        else f32(0)), h["tokens"]) for h in hyps]
     best = max(range(len(results)), key=lambda r: results[r][0])
