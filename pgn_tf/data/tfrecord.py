@@ -1,6 +1,7 @@
 """The project's TFRecord schema: tf.train.Example with bytes features article, summary, id.
 
-Text stays raw in the records (DESIGN.md); tokenization happens in-graph at read time.
+Text stays raw in the records; tokenization happens in-graph at read time, by the one tokenizer
+the export runs too (pgn_tf.text), so training and serving cannot tokenize apart.
 
 Reading is checked lazily: TF's reader CRC-checks each record as it reads it, and
 `checked_records` turns the first bad one into an error naming the file and the record's byte
