@@ -187,14 +187,14 @@ class TrainConfig:
     # capability >= 7.0) mixed_float16, not measured here; without one mixed_bfloat16 where
     # the CPU multiplies bf16 natively, float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it
-    # makes 1.31x faster at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in
-    # reference_onmt (1.15x on top of summary-length buckets, docs/performance.md).
+    # speeds up at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in reference_onmt
+    # (faster on top of summary-length buckets, docs/performance.md).
     mixed_precision: Literal["", "auto", "mixed_bfloat16", "mixed_float16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).
     # One replica, objective "ml" and the pointer_generator model only (the rewards of "mixed"
-    # and "rl" run a kernel XLA lacks; the other models are not tested under XLA). On the CPUs
-    # measured an XLA step is about 10x slower than the default one (docs/performance.md).
+    # and "rl" run a kernel XLA lacks; the other models are not tested under XLA). Off: on the
+    # CPUs measured an XLA step is far slower than the default one (docs/performance.md).
     jit_compile: bool = False
 
 
@@ -407,9 +407,9 @@ def _debian_see(cfg: Config, minutes: float) -> Config:
 
     Not the paper's, forced by a time budget on a 49k-pair corpus: the rate decays on a cosine
     to 1e-4 over each phase's minutes (at a constant 1e-3 the eval loss of a 45-minute run rose
-    over its last 700 steps), and the best checkpoint is the one with the best validation
-    ROUGE-Lsum on 500 pairs after the first 1,500 (the ones the README's table scores), not the
-    lowest eval loss."""
+    over its last steps, docs/quality.md "The 60-minute recipe, re-run"), and the best
+    checkpoint is the one with the best validation ROUGE-Lsum on 500 pairs after the first 1,500
+    (the ones the README's table scores), not the lowest eval loss."""
     cfg = _debian(cfg, minutes)
     cfg.model.hidden_dim = cfg.model.emb_dim = 128
     cfg.train.optimizer = "adam"
@@ -430,21 +430,20 @@ def debian_pgn() -> Config:
 
     Dropout 0.3 on the embeddings and on o_t, which See et al. did not use (their 287k
     CNN/DailyMail pairs trained 12.8 epochs, section 5): on these 49k pairs the model without it
-    overfits after about four epochs (its eval loss rose from step 6,000 of 18,000 on), and
-    with it the 60-minute recipe scored 1.13 ROUGE-1 higher (paired bootstrap p = 0.007,
-    docs/quality.md "Dropout: the 60-minute recipe regularised"). debian_baseline, not re-run
-    with it, has none.
-    Decoding blocks repeated words (`decode.block_repeated_words`): without the block 11.07% of
-    that model's outputs repeat a word where 8.33% of the references do, with it 2.87%, for
-    0.16 ROUGE-1 (coverage, the paper's remedy, did not lower it at H = 128: same section).
+    overfits within the hour (its eval loss rises after a few epochs), and with it the 60-minute
+    recipe scored a higher ROUGE-1, significantly so under a paired bootstrap (docs/quality.md
+    "Dropout: the 60-minute recipe regularised"). debian_baseline, not re-run with it, has none.
+    Decoding blocks repeated words (`decode.block_repeated_words`): without the block more of
+    that model's outputs repeat a word than of the references, with it far fewer, for a fraction
+    of a ROUGE-1 point (coverage, the paper's remedy, did not lower it at H = 128: same section).
     LSTMs of H = 256 (embeddings stay 128): with dropout the H = 128 model's eval loss stopped
-    falling after 30 minutes, and at H = 256 the 60-minute recipe scored +1.10 ROUGE-Lsum (paired
-    bootstrap p = 0.008; ROUGE-1 +0.61, p = 0.09) in half the steps (docs/quality.md "A larger
+    falling well before the hour's end, and at H = 256 the 60-minute recipe scored a higher
+    ROUGE-Lsum (significant under a paired bootstrap) in fewer steps (docs/quality.md "A larger
     model").
     Training batches bucketed by summary length and, on CPUs that multiply bf16 natively,
-    bfloat16 mixed precision (`auto`): at H = 256 the two made a step 1.41x faster, and the
-    60-minute recipe ran 16,422 steps instead of 11,620 for the same ROUGE (+0.21 ROUGE-1
-    [-0.73, 1.16], docs/quality.md "bfloat16 at H = 256").
+    bfloat16 mixed precision (`auto`): at H = 256 the two make a step faster, so the 60-minute
+    recipe runs more steps, for the same ROUGE (the difference's bootstrap interval holds 0,
+    docs/quality.md "bfloat16 at H = 256").
     """
     cfg = _debian_see(see2017_pgn(), 45)
     cfg.model.hidden_dim = 256
@@ -460,12 +459,10 @@ def debian_coverage() -> Config:
     (a quarter of the budget, not the paper's 1% of steps: repetition kept falling with it).
 
     Its fresh Adam starts at 2e-4, not debian_pgn's 1e-3: from the same pointer-generator
-    checkpoint (step 10,632 of the 60-minute recipe's seed 2), a phase at 1e-3 raised the eval
-    NLL from 2.60 to 2.77 in 370 steps (a 500-step warm-up, or the coverage loss at a quarter
-    of its weight, did not stop it), and its checkpoints scored 47.00-48.79 ROUGE-1 on the
-    table's 1,500 pairs (mean 47.97); at 2e-4 they scored 48.01-49.00 (mean 48.49), and the
-    one the presets' rule chooses 48.58 against 48.25 (docs/quality.md "Every checkpoint
-    scored")."""
+    checkpoint, a phase at 1e-3 raised the eval NLL within a few hundred steps (a 500-step
+    warm-up, or the coverage loss at a quarter of its weight, did not stop it), and its
+    checkpoints scored a lower ROUGE-1 on the table's pairs than those of a phase at 2e-4, the
+    one the presets' rule chooses included (docs/quality.md "Every checkpoint scored")."""
     cfg = debian_pgn()
     cfg.model.coverage = True
     cfg.train.max_minutes = 15
@@ -478,8 +475,9 @@ def debian_paulus() -> Config:
     `--set train.objective=mixed --set train.max_minutes=20` in the same dir adds the RL phase.
     The switch is not supervised: the paper supervises u_t = 1 for named entities (a tagger we
     do not have) and OOVs, so without the first half every in-vocabulary word is supervised as
-    generated, which on this corpus (73% of synopsis words occur in the article) cost 21.9
-    ROUGE-1 after 1,000 steps (17.95 vs 39.86 on 500 validation pairs, docs/quality.md)."""
+    generated, which on this corpus (73% of synopsis words occur in the article) left a
+    1,000-step pilot far below the unsupervised switch's ROUGE-1 (docs/quality.md "Findings of
+    this round")."""
     cfg = _debian(paulus2017(), 40)
     cfg.model.hidden_dim = cfg.model.emb_dim = 64
     cfg.train.pointer_supervision = False
@@ -492,8 +490,8 @@ def debian_abs() -> Config:
 
     Not the paper's, forced by a time budget: Adam at 1e-3 decaying on a cosine to 1e-4 over
     the budget (no per-epoch halving) instead of SGD at 0.05. In 4-minute pilots with the
-    attention encoder the eval NLL per summary reached 35.49 with Adam against 37.54 with SGD
-    at 0.2 (docs/quality.md); norm-5 clipping kept. With `model.abs_encoder=conv`, each
+    attention encoder Adam reached a lower eval NLL per summary than SGD at 0.2 (docs/quality.md
+    "Rush et al.'s ABS, re-run"); norm-5 clipping kept. With `model.abs_encoder=conv`, each
     convolution's output is layer-normalised before its tanh (`model.abs_conv_norm`): without
     it the convolutions' tanh saturated and the encoder gave every article the same vector
     (docs/quality.md "Rush et al.'s ABS"). As the measured runs: decoding stops at [STOP] with
@@ -532,9 +530,9 @@ def reference_onmt() -> Config:
     cfg.model.emb_dim = 128
     cfg.train.batch_size = 32
     # As debian_pgn: batches bucketed by summary length as well (OpenNMT-py sorts by length
-    # too) and bf16 where the CPU multiplies it natively: 1.07x, and bf16 1.15x on top of the
-    # buckets, in one run of benchmarks/compare_peer.py (docs/performance.md); neither cost
-    # ROUGE in debian_pgn's 60-minute run.
+    # too) and bf16 where the CPU multiplies it natively: each made the training step faster in
+    # benchmarks/compare_peer.py (docs/performance.md), and neither cost ROUGE in debian_pgn's
+    # 60-minute run (docs/quality.md "bfloat16 at H = 256").
     cfg.data.bucket_by_summary_length = True
     cfg.train.mixed_precision = "auto"
     # replace_unk as the measured runs decoded (docs/performance.md); the peer cannot (its
