@@ -356,9 +356,9 @@ def rush2015_abs() -> Config:
     Decoding as sections 2 and 4: summaries of a fixed length N known before generation ([STOP]
     never emitted), a beam search with hypothesis recombination on the NNLM's window; N = 8, the
     average Gigaword title the paper tunes its outputs to (section 7.1: 8.3 words in the
-    published paper); a corpus preset sets its own references' length. The vocabulary keeps See et al.'s cap of 50k words,
-    which binds only where more words pass the count of 5 (the paper states none). No [UNK]
-    replacement (the paper has none)."""
+    published paper); a corpus preset sets its own references' length. The vocabulary keeps See
+    et al.'s cap of 50k words, which binds only where more words pass the count of 5 (the paper
+    states none). No [UNK] replacement (the paper has none)."""
     cfg = Config()
     cfg.data.max_enc_steps = 100
     cfg.data.max_dec_steps = 30
