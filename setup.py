@@ -41,7 +41,7 @@ setup(
         "tensorflow-datasets>=4.9,<5",
         "tensorflow-serving-api>=2.21,<2.22",
         "grpcio>=1.60,<2",
-        "waitress>=3.0.1,<4",  # serving.server's REST API (README: Reliability)
+        "waitress>=3.0.1,<4",  # serving.server's REST API (docs/reliability.md says why)
         "prometheus-client>=0.20,<1",  # serving.server's /monitoring/prometheus/metrics
         "protobuf>=5.28,<7",
         "rouge-score>=0.1.2,<0.2",

@@ -8,7 +8,7 @@ and this project's on the same corpus in one run, printed as one table of ratios
         [--variant NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...] ...] [--skip_peer | --skip_ours]
 
 PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, onmt-ref.yaml and
-README.md. `PEER/bench.sh PEER_WORK both` runs first (about 25 minutes on 2 cores; its virtual
+README.md. `PEER/bench.sh PEER_WORK both` runs first (the first run is the long one: its virtual
 environment, tokenized corpus and 1,500-step model stay in PEER_WORK for the next run), then this
 project's half, so the two never share the CPU. The peer's figures are read from its output
 (`parse_peer`); its examples/s is onmt-ref.yaml's batch of sentences over its s/step. DATA holds

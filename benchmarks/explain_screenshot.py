@@ -1,4 +1,4 @@
-"""A screenshot of the explanation page (serving.explain) for the README: serves a model base
+"""A screenshot of the explanation page (serving.explain) for docs/usage.md: serves a model base
 path on free loopback ports, opens the page in headless Chromium (tests/serving/browser.py),
 submits one article, hovers one output token and saves the page as PNG.
 

@@ -191,14 +191,14 @@ class TrainConfig:
     # capability >= 7.0) mixed_float16, not measured here; without one mixed_bfloat16 where
     # the CPU multiplies bf16 natively, float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it
-    # makes 1.31x faster at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in
-    # reference_onmt (1.15x on top of summary-length buckets, docs/performance.md).
+    # speeds up at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in reference_onmt
+    # (faster on top of summary-length buckets, docs/performance.md).
     mixed_precision: Literal["", "auto", "mixed_bfloat16", "mixed_float16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).
     # One replica, objective "ml" and the pointer_generator model only (the rewards of "mixed"
-    # and "rl" run a kernel XLA lacks; the other models are not tested under XLA). On the CPUs
-    # measured an XLA step is about 10x slower than the default one (docs/performance.md).
+    # and "rl" run a kernel XLA lacks; the other models are not tested under XLA). Off: on the
+    # CPUs measured an XLA step is far slower than the default one (docs/performance.md).
     jit_compile: bool = False
 
 

@@ -3,7 +3,7 @@
 Writes a SavedModel to BASE/NAME/VERSION/ for TF Serving: raw text in, summary out, with
 tokenization, vocab lookup, OOV mapping, beam search and detokenization inside the graph.
 
-Signatures (DESIGN.md):
+Signatures:
   serving_default      articles string [batch] -> summaries string [batch], scores float [batch]
   summarize_verbose    articles -> summaries, scores, tokens [batch, dec], attention
                        [batch, dec, enc], p_gen [batch, dec], raw_summaries and raw_tokens

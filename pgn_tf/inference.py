@@ -275,7 +275,7 @@ class Summarizer(_InProcessCalls, tf.Module):
         attention float32 [B, T, L], p_gen float32 [B, T] and source_tokens string [B, L];
         with_p_gen adds p_gen alone (cheaper: no attention history is kept).
 
-        The decode.* config keys choose the search (README "Decode, evaluate, explain"):
+        The decode.* config keys choose the search (docs/usage.md "Decode, evaluate, explain"):
         decode.fixed_length = N > 0 emits exactly N words (Rush et al.: [STOP] never, min and
         max steps ignored), with hypothesis recombination on the last model.abs_window ids for
         ABS models. feature_weights: float32 [5], ABS+ weights overriding

@@ -1,6 +1,6 @@
 """A quiet start: a command prints what the user asked for, not TensorFlow's start-up noise.
 
-Every entry point (setup.py's COMMANDS, and the other `python -m` commands the README shows)
+Every entry point (setup.py's COMMANDS, and the other `python -m` commands of docs/usage.md)
 imports this module first, before anything imports TensorFlow:
 
     from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)

@@ -4,7 +4,7 @@ Ids 0-3 are the special tokens [PAD] [UNK] [START] [STOP]; the file lists the ot
 frequent first, one "word count" line each. `vocab_size` counts the special tokens (as See et
 al.'s code does), so a 50k vocab holds 49,996 words from the file.
 
-Extended vocabulary (See et al. section 2.2, DESIGN.md): per article, source tokens not in the
+Extended vocabulary (See et al. section 2.2): per article, source tokens not in the
 vocab get ids vocab_size + k, k the order of first occurrence among that article's OOVs; target
 OOVs that occur in the article get the same id, other target OOVs [UNK].
 """

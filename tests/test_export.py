@@ -91,7 +91,8 @@ def test_decode_overrides_are_baked_into_the_export(trained_model_dir, tmp_path)
 def test_a_dropped_load_of_the_export_is_freed(exported):
     """A server loads every new version and drops the old one: nothing of a dropped load may stay
     alive. (A tf.custom_gradient in the graph made each load register a process-wide gradient
-    function holding the loaded graphs: +68 functions and ~120 MB a version swap.)"""
+    function holding the loaded graphs, so a server grew at every version swap:
+    docs/reliability.md.)"""
     import gc
 
     _, _, path = exported

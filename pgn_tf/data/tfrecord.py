@@ -1,6 +1,7 @@
 """The project's TFRecord schema: tf.train.Example with bytes features article, summary, id.
 
-Text stays raw in the records (DESIGN.md); tokenization happens in-graph at read time.
+Text stays raw in the records; tokenization happens in-graph at read time, by the one tokenizer
+the export runs too (pgn_tf.text), so training and serving cannot tokenize apart.
 
 Reading is checked lazily: TF's reader CRC-checks each record as it reads it, and
 `checked_records` turns the first bad one into an error naming the file and the record's byte
@@ -155,7 +156,8 @@ def _masked_crc(data: bytes) -> int:
 def framing_error(path: str) -> str | None:
     """Walks a local file's record headers, the data skipped: None when the records tile the
     file exactly, else what is wrong and at which byte offset. Reads 12 bytes a record through
-    mmap (only the pages holding headers), about 2 us a record."""
+    mmap (only the pages holding headers), so it costs little next to reading the records
+    (benchmarks/read_check.py times it)."""
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:

@@ -1,7 +1,7 @@
 """Batched beam search in one tf.while_loop: every article x every beam advances together, and
 each article stops at its own K finished hypotheses.
 
-Written against the search interface (STYLE.md habit 5) and nothing else:
+Written against the one interface every search shares (docs/design.md) and nothing else:
     step_fn(ids int32 [N], step int32, state) -> (log_probs float32 [N, W], state, extras)
 where N = b*K rows (b articles still decoding, K beams each), W the (extended) vocabulary width
 and `state` any nest of [N, ...] tensors. A pointer model may return its distribution in parts

@@ -33,10 +33,10 @@ class ABSEncoder(keras.layers.Layer):
       width 2Q+1 and the attention's smoothing window); conv_layers L; conv_norm: layer
       normalisation (Ba et al. 2016) of each convolution's output before the pooling and tanh.
       Without it the trained convolutions grow a low-rank component that amplifies what every
-      position shares (on the Debian corpus the third layer's inputs to the tanh reach a
-      standard deviation of 9.5), the final max sits at +-1 for every article and no gradient
-      reaches the convolutions again; normalised, a tanh input has unit scale at each
-      position (times a learned gain).
+      position shares (on the Debian corpus the third layer's inputs to the tanh grew far past
+      its unit range: docs/quality.md "Rush et al.'s ABS, re-run"), the final max sits at +-1
+      for every article and no gradient reaches the convolutions again; normalised, a tanh
+      input has unit scale at each position (times a learned gain).
 
     Example:
       >>> enc = ABSEncoder("attention", 50, 8, 4, 5); enc.build(None)

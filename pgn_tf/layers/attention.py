@@ -71,7 +71,7 @@ class BahdanauAttention(keras.layers.Layer):
         multiply and a sum / a broadcast multiply (one kernel each way, where a multiply's
         gradient is a multiply, a sum and a broadcast), nor batched matmuls against a
         broadcast [1, A, 1] weight (oneDNN's batched matmuls and the sum over B their weight
-        gradients need made the training step 1.1x slower; README "Performance")."""
+        gradients need made the training step slower: docs/results.md "Performance")."""
         feats = enc_features + tf.expand_dims(self.w_s(query), 1)  # [B, L, A]
         shape = tf.shape(feats)
         if self.use_coverage and coverage is not None:

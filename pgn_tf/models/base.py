@@ -2,8 +2,9 @@
 `model.fit` support driven by an objective.
 
 A subclass provides `call(features, training)` (teacher forcing: logits [B, T, V], attn
-[B, T, L], and p_gen_logit [B, T] for pointer models), `encode()` and `decode_step()` (the search
-interface, STYLE.md habit 5). Losses live in pgn_tf.objectives, written once for every model:
+[B, T, L], and p_gen_logit [B, T] for pointer models), `encode()` and `decode_step()` (the one
+interface every search is written against, docs/design.md). Losses live in pgn_tf.objectives,
+written once for every model:
 
     model.compile(optimizer=keras.optimizers.Adam(1e-3), objective=objectives.build(cfg))
     model.fit(dataset.map(dataset_lib.model_features), ...)

@@ -8,7 +8,7 @@ sets the encoder's units per direction apart from the decoder's H (OpenNMT-py's 
 its size over the two directions: 2 x 128 with a 256 decoder); the context, the attention's
 score space and W_h follow the encoder's width 2 x enc_hidden_dim.
 
-Interface for the search (STYLE.md habit 5):
+Interface for the search (the one every search is written against, docs/design.md):
     enc, state = model.encode(enc_ids, enc_len, enc_ext_ids, num_oovs)
     log_probs, state, extras = model.decode_step(ids, step, state, enc)   # over V + max_oovs
 """

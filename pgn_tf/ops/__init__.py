@@ -1,5 +1,6 @@
-"""Kernels written for speed, apart from the plain Keras / autodiff path each replaces (STYLE.md
-habit 12), chosen for a whole model by one value, `model.rnn_impl`:
+"""Kernels written for speed, kept apart from the plain Keras / autodiff path each replaces (which
+stays, as the reference they are tested against), chosen for a whole model by one value,
+`model.rnn_impl`:
 
   "fused"  the encoder's LSTM as one loop over both directions with its backward pass written
            out (`lstm_recurrence`), the decoder's loop with its weight gradients summed after

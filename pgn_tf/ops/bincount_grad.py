@@ -5,7 +5,7 @@ and the self-critical objective differentiates through it. Importing this module
 It is registered once for the op type, rather than as a tf.custom_gradient: a custom gradient
 is saved into the export, and tf.saved_model.load registers it in TF's process-wide gradient
 registry, which then keeps every loaded version's graphs alive (a server swapping versions
-grew ~120 MB a swap).
+grew at every swap: the soak in docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ def lstm_recurrence(xw, recurrent):
 
     Each step multiplies the D directions' states by their recurrent kernels one direction at a
     time (`_per_direction`), not as one [D, B, H] x [D, H, 4H] batched matmul: at small batches
-    oneDNN's batched matmul costs several plain matmuls' time (README "Performance").
+    oneDNN runs the batched matmul slower than the plain ones (docs/results.md "Performance").
 
     Args:
       xw: float [L, D, B, 4H], the input projections plus bias of D independent LSTMs (here

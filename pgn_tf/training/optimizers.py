@@ -5,8 +5,8 @@ variable five times a step (square, add, sqrt, divide, subtract), and for the sp
 of the embedding it still adds epsilon to and takes the square root of the *whole*
 accumulator. TF's `ResourceApplyAdagradV2` / `ResourceApplyAdam` do the same update in one
 multi-threaded pass, and `ResourceSparseApplyAdagradV2` touches the gradient's rows only. At
-the reference sizes (20k vocabulary) the optimizer's ops were 8.6% of a training step's op time
-(docs/performance.md).
+the reference sizes (20k vocabulary) the optimizer's ops were a sizeable share of a training
+step's op time in a profile (docs/performance.md).
 
 The update rules are Keras's (the tests compare them, `tests/test_optimizers.py`), with two
 differences that do not matter at these settings:

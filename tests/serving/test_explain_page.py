@@ -119,7 +119,7 @@ def test_explain_page_in_headless_chromium(server, exported, tmp_path):
         assert driver.save_screenshot(str(shot))
         stats = screenshot_stats(shot.read_bytes())
         assert stats["width"] >= 1000 and stats["colours"] > 50 and stats["std"] > 10, stats
-        if os.environ.get("PGN_SCREENSHOT_DIR"):  # keep it (README screenshots)
+        if os.environ.get("PGN_SCREENSHOT_DIR"):  # keep it (docs/explain.png)
             shutil.copy(shot, os.environ["PGN_SCREENSHOT_DIR"])
 
         # An empty article is refused on the page, before any request.
