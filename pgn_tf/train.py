@@ -40,7 +40,8 @@ from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset, synthetic, tfrecord
 from pgn_tf.errors import UserError, run_cli
 from pgn_tf.training import loop
-from pgn_tf.training.trainer import Trainer, barrier, worker_role
+from pgn_tf.training.distribute import barrier, worker_role
+from pgn_tf.training.trainer import Trainer
 from pgn_tf.utils.dirlock import DirLock
 from pgn_tf.utils.durable import write_json
 

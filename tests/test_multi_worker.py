@@ -105,7 +105,7 @@ class _Strategy:
 
 
 def test_the_chief_is_task_chief_or_worker_zero():
-    from pgn_tf.training.trainer import worker_role
+    from pgn_tf.training.distribute import worker_role
 
     two = {"worker": ["h:1", "h:2"]}
     assert worker_role(_Strategy(two, "worker", 0)) == (True, 2)

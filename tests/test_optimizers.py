@@ -100,7 +100,7 @@ def test_the_compiled_step_runs_the_fused_kernel(opt, kernel):
 
 def test_an_xla_compiled_step_keeps_keras_optimizers():
     from pgn_tf import config as config_lib
-    from pgn_tf.training.trainer import make_optimizer
+    from pgn_tf.training.optimizers import make_optimizer
 
     cfg = config_lib.Config().train
     assert type(make_optimizer(cfg)) is optimizers.Adagrad

@@ -1,4 +1,4 @@
-"""The gradients a training step applies (pgn_tf.training.trainer.clip_and_guard) against
+"""The gradients a training step applies (pgn_tf.training.guard.clip_and_guard) against
 tf.clip_by_global_norm and a NumPy reference; under float16's loss scaling (apply_guarded), the
 NaN guard and Keras's LossScaleOptimizer skip the same steps."""
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgn_tf.training.trainer import apply_guarded, clip_and_guard, scale_loss
+from pgn_tf.training.guard import apply_guarded, clip_and_guard, scale_loss
 
 
 def _grads(scale: float = 1.0):

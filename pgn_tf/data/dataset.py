@@ -244,7 +244,7 @@ def make_dataset(
     ds = ds.interleave(
         tfrecord.checked_records,
         # evaluation reads the files one after another: "the first N records" means the same
-        # records here as in the validation ROUGE's reader (Trainer.eval_rouge)
+        # records here as in the validation ROUGE's reader (training.validation.eval_rouge)
         cycle_length=min(4, len(files)) if training else 1,
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,  # a resumed run skips the batches consumed: the order must repeat

@@ -27,6 +27,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from pgn_tf import config as config_lib
+from pgn_tf.errors import UserError
+
 
 def _local(variable):
     """The tf.Variable behind a Keras variable, or None where the fused kernel cannot take it
@@ -83,3 +86,24 @@ class Adam(keras.optimizers.Adam):
             lr=tf.cast(learning_rate, dtype), beta1=tf.cast(self.beta_1, dtype),
             beta2=tf.cast(self.beta_2, dtype), epsilon=tf.cast(self.epsilon, dtype),
             grad=tf.cast(gradient, dtype))
+
+
+def make_optimizer(train_cfg: config_lib.TrainConfig) -> keras.optimizers.Optimizer:
+    """train.optimizer; Adagrad and Adam update each variable with one fused TF kernel (the
+    classes above), except in an XLA-compiled step (train.jit_compile), where XLA fuses Keras's
+    element-wise update itself and the sparse path's tf.unique has no XLA kernel."""
+    lr = initial_learning_rate(train_cfg)
+    fused = not train_cfg.jit_compile
+    if train_cfg.optimizer == "adagrad":
+        cls = Adagrad if fused else keras.optimizers.Adagrad
+        return cls(learning_rate=lr, initial_accumulator_value=train_cfg.adagrad_init_acc,
+                   epsilon=1e-10)
+    if train_cfg.optimizer == "adam":
+        return (Adam if fused else keras.optimizers.Adam)(learning_rate=lr)
+    if train_cfg.optimizer == "sgd":
+        return keras.optimizers.SGD(learning_rate=lr)
+    raise UserError(f"unknown train.optimizer '{train_cfg.optimizer}' (adagrad, adam, sgd)")
+
+
+def initial_learning_rate(train_cfg: config_lib.TrainConfig) -> float:
+    return train_cfg.learning_rate if train_cfg.objective == "ml" else train_cfg.rl_learning_rate

@@ -13,7 +13,6 @@ import shutil
 import tempfile
 
 import keras
-import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
@@ -23,110 +22,10 @@ from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
 from pgn_tf.errors import UserError
 from pgn_tf.models import build_model
-from pgn_tf.training import hardware, optimizers
-
-
-def make_optimizer(train_cfg: config_lib.TrainConfig) -> keras.optimizers.Optimizer:
-    """train.optimizer; Adagrad and Adam update each variable with one fused TF kernel
-    (pgn_tf.training.optimizers), except in an XLA-compiled step (train.jit_compile), where XLA
-    fuses
-    Keras's element-wise update itself and the sparse path's tf.unique has no XLA kernel."""
-    lr = initial_learning_rate(train_cfg)
-    fused = not train_cfg.jit_compile
-    if train_cfg.optimizer == "adagrad":
-        cls = optimizers.Adagrad if fused else keras.optimizers.Adagrad
-        return cls(learning_rate=lr, initial_accumulator_value=train_cfg.adagrad_init_acc,
-                   epsilon=1e-10)
-    if train_cfg.optimizer == "adam":
-        return (optimizers.Adam if fused else keras.optimizers.Adam)(learning_rate=lr)
-    if train_cfg.optimizer == "sgd":
-        return keras.optimizers.SGD(learning_rate=lr)
-    raise UserError(f"unknown train.optimizer '{train_cfg.optimizer}' (adagrad, adam, sgd)")
-
-
-def initial_learning_rate(train_cfg: config_lib.TrainConfig) -> float:
-    return train_cfg.learning_rate if train_cfg.objective == "ml" else train_cfg.rl_learning_rate
-
-
-def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
-    """(is this worker the chief, number of workers) from the strategy's cluster resolver
-    (TF_CONFIG under MultiWorkerMirroredStrategy). The chief is task "chief", or worker 0 when
-    the cluster has no chief; a single-machine strategy is its own chief."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    jobs = resolver.cluster_spec().as_dict() if resolver is not None else {}
-    if not jobs:
-        return True, 1
-    workers = len(jobs.get("chief", [])) + len(jobs.get("worker", []))
-    task = (resolver.task_type, resolver.task_id)
-    return task == ("chief", 0) or (task == ("worker", 0) and "chief" not in jobs), workers
-
-
-def barrier(strategy: tf.distribute.Strategy) -> None:
-    """Returns when every worker has reached it (one all-reduce of a scalar)."""
-    tf.function(lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)),
-                                        axis=None))()
-
-
-def clip_and_guard(grads, norm, finite, max_norm: float, n: int = 1, loss_scaled: bool = False):
-    """The gradients to apply: clipped to max_norm (train.max_grad_norm; See et al.: 2.0; 0: no
-    clip) by their global norm `norm`, divided by the n replicas (Keras sums them again), and
-    zero where the step is not finite (`finite`, a bool scalar). IndexedSlices stay sparse. A
-    non-finite step is dropped: for SGD and Adagrad the weights do not move; Adam's momentum
-    still carries them one step. The loop counts such steps and stops on a streak
-    (train.max_nonfinite_steps).
-
-    loss_scaled: the gradients are those of a loss scaled by a keras LossScaleOptimizer (float16,
-    `apply_guarded`), which divides them by its scale when it applies them and skips a step
-    whose gradients are not all finite, halving its scale. A non-finite step then hands on NaNs
-    instead of zeros, so the optimizer sees the step the guard dropped as the overflow it is:
-    it applies nothing (Adam's moments included) and lowers the scale. One test of finiteness
-    for both, the guard's.
-
-    One multiply per gradient by a scalar that folds the clip and 1/n together, under a
-    tf.cond that hands on the zeros instead when the step is not finite: clip_by_global_norm,
-    a tf.where and a division by n would each read and write every gradient (three passes
-    over the 256 x 20k vocabulary kernel a step at the reference sizes)."""
-    factor = tf.constant(1.0 / n, tf.float32)
-    if max_norm > 0:
-        factor = factor * tf.minimum(1.0, max_norm / tf.maximum(norm, 1e-30))
-    values = [g.values if isinstance(g, tf.IndexedSlices) else g for g in grads]
-
-    def scaled():
-        if max_norm <= 0 and n == 1:
-            return values  # nothing to scale
-        return [v * tf.cast(factor, v.dtype) for v in values]
-
-    def dropped():
-        if loss_scaled:
-            return [tf.fill(tf.shape(v), tf.constant(float("nan"), v.dtype)) for v in values]
-        return [tf.zeros_like(v) for v in values]
-
-    out = tf.cond(finite, scaled, dropped)
-    return [tf.IndexedSlices(v, g.indices, g.dense_shape) if isinstance(g, tf.IndexedSlices)
-            else v for g, v in zip(grads, out)]
-
-
-def scale_loss(optimizer, loss):
-    """loss times the optimizer's loss scale (a keras LossScaleOptimizer's), else loss: what
-    the tape differentiates."""
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        return optimizer.scale_loss(loss)
-    return loss
-
-
-def apply_guarded(optimizer, grads, variables, loss, max_norm: float, n: int = 1):
-    """Applies the gradients of `scale_loss(optimizer, loss)` (all-reduced over the n replicas
-    already) through `clip_and_guard`; returns (global norm of the unscaled gradients, whether
-    the step was finite). Under a LossScaleOptimizer the norm is divided by its scale before
-    the clip (the scaled gradients go to the optimizer, which unscales them)."""
-    norm = tf.linalg.global_norm(grads)
-    loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
-    if loss_scaled:
-        norm = norm / optimizer.dynamic_scale
-    finite = tf.math.is_finite(norm) & tf.math.is_finite(loss)
-    grads = clip_and_guard(grads, norm, finite, max_norm, n, loss_scaled)
-    optimizer.apply_gradients(zip(grads, variables))
-    return norm, finite
+from pgn_tf.training import hardware, validation
+from pgn_tf.training.distribute import worker_role
+from pgn_tf.training.guard import apply_guarded, scale_loss
+from pgn_tf.training.optimizers import initial_learning_rate, make_optimizer
 
 
 class Trainer:
@@ -350,34 +249,12 @@ class Trainer:
         return {("loss" if k == "total" else k): v / count for k, v in sums.items()}
 
     def eval_rouge(self) -> dict:
-        """ROUGE-1/2/Lsum F1 (x100, rouge-score) of train.eval_rouge_examples validation articles
-        after the first train.eval_skip, decoded as evaluate decodes them (the decode
-        config's search)."""
-        import itertools
+        """Validation ROUGE (training.validation.eval_rouge)."""
+        return validation.eval_rouge(self)
 
-        from pgn_tf import evaluate
-        from pgn_tf.data import tfrecord
-        from pgn_tf.inference import Summarizer
-
-        if self._rouge_fn is None:
-            records = itertools.chain.from_iterable(
-                tfrecord.read_tfrecords(f) for f in self.eval_files)
-            t = self.cfg.train
-            examples = list(itertools.islice(records, t.eval_skip,
-                                             t.eval_skip + t.eval_rouge_examples))
-            if not examples:
-                raise UserError(f"train.eval_skip={t.eval_skip} skips every "
-                                "validation example: nothing is left to select by ROUGE")
-            refs = [evaluate.reference_text(e.summary, self.cfg.data) for e in examples]
-            summarizer = Summarizer(self.model, self.vocab, self.cfg)
-            fn = evaluate.decode_fn(summarizer, None, want_pgen=False)
-            self._rouge_fn = (summarizer, fn, examples, refs)
-        summarizer, fn, examples, refs = self._rouge_fn
-        decoded = evaluate.decode_examples(summarizer, examples, self.cfg.decode.batch_size,
-                                           None, want_pgen=False, verbose=0, fn=fn)[0]
-        from pgn_tf.inference import tokens_to_sentences
-
-        return evaluate.rouge([tokens_to_sentences(d) for d in decoded], refs, bootstrap=0)
+    def log_samples(self, step: int, num: int = 3) -> None:
+        """A few decoded validation articles into TensorBoard (training.validation)."""
+        validation.log_samples(self, step, num)
 
     def validate(self) -> dict | None:
         """The eval loss, plus ROUGE when the best checkpoint is chosen by it."""
@@ -454,35 +331,3 @@ class Trainer:
 
             self._from_chief = broadcast
         return [float(v) for v in self._from_chief(tf.constant(values, tf.float64)).numpy()]
-
-    def log_samples(self, step: int, num: int = 3) -> None:
-        """Decodes a few validation articles into TensorBoard: text (article, reference,
-        summary) and the attention heatmap with p_gen of each."""
-        from pgn_tf import visualize
-        from pgn_tf.data import tfrecord
-        from pgn_tf.inference import Summarizer
-
-        if self._samples is None:
-            examples = []
-            for ex in tfrecord.read_tfrecords(self.eval_files[0]):
-                examples.append(ex)
-                if len(examples) == num:
-                    break
-            summarizer = Summarizer(self.model, self.vocab, self.cfg)
-            fn = tf.function(lambda a: summarizer.summarize(a, verbose=True),
-                             input_signature=[tf.TensorSpec([None], tf.string)])
-            self._samples = (examples, fn)
-        examples, fn = self._samples
-        if not examples:
-            return
-        out = fn(tf.constant([e.article for e in examples]))
-        with self.eval_writer.as_default(step=step):
-            for i, ex in enumerate(examples):
-                n = int(out["length"][i])
-                summary = out["summaries"].numpy()[i].decode("utf-8", "replace")
-                src_len = int(np.sum(out["source_tokens"].numpy()[i] != b""))
-                tf.summary.text(f"sample_{i}", f"**article:** {ex.article[:500]}\n\n"
-                                f"**reference:** {ex.summary}\n\n**decoded:** {summary}")
-                image = visualize.attention_image(out["attention"].numpy()[i][:n, :src_len],
-                                                  out["p_gen"].numpy()[i][:n], scale=4)
-                tf.summary.image(f"attention_{i}", image[None])
