@@ -113,6 +113,7 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
             "--set", "model.hidden_dim=32", "--set", "model.emb_dim=16",
             "--set", "data.vocab_size=200", "--set", "data.max_enc_steps=60",
             "--set", "data.max_dec_steps=14", "--set", "train.batch_size=32",
+            "--set", "data.min_count=1",  # the paper keeps words seen 5 times: too few here
             "--set", "train.learning_rate=0.5", "--set", "train.max_steps=80",
             "--set", "train.eval_every=40", "--set", "train.eval_batches=2",
             "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=14"]))
