@@ -44,7 +44,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=16)
     p.add_argument("--beam", type=int, default=8)
     p.add_argument("--steps", type=int, default=400)
-    p.add_argument("--deadlines", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    p.add_argument("--deadlines", type=float, nargs="+", default=[0.25, 0.5, 0.75])
     p.add_argument("--data", help="articles (any pgn_tf format); default: synthetic")
     a = p.parse_args()
     articles = (articles_from(a.data, a.rows) * a.rows)[: a.rows]
