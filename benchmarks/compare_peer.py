@@ -83,9 +83,9 @@ from benchmarks.quality_table import sh  # noqa: E402
 from pgn_tf import config as config_lib  # noqa: E402
 from pgn_tf import evaluate  # noqa: E402
 from pgn_tf.data import dataset  # noqa: E402
-from pgn_tf.errors import UserError, run_cli  # noqa: E402
 from pgn_tf.inference import Summarizer  # noqa: E402
 from pgn_tf.model_dir import ModelDir  # noqa: E402
+from pgn_tf.utils.errors import UserError, run_cli  # noqa: E402
 
 # The decoding both systems are timed on (bench.sh: -beam_size 4 -batch_size 64 -max_length 30,
 # 100 with PEER_CORPUS=digests).

@@ -42,8 +42,8 @@ import tensorflow as tf  # noqa: E402
 from benchmarks.common import emit  # noqa: E402
 from pgn_tf import objectives  # noqa: E402
 from pgn_tf.data import dataset  # noqa: E402
-from pgn_tf.errors import run_cli  # noqa: E402
 from pgn_tf.model_dir import ModelDir  # noqa: E402
+from pgn_tf.utils.errors import run_cli  # noqa: E402
 
 
 def flat(grads, variables) -> np.ndarray:

@@ -11,7 +11,7 @@ optimizer is left out), as OpenNMT-tf's `average_checkpoints` does; `evaluate`, 
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import os
 import shutil
@@ -20,9 +20,9 @@ import sys
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.model_dir import ModelDir, restore_model
 from pgn_tf.models import build_model
+from pgn_tf.utils.errors import UserError, run_cli
 
 
 def average(model_dir: str, last: int, output: str) -> str:

@@ -24,7 +24,7 @@ metrics.json to --output_dir (default <model_dir>/eval_<split name>).
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import json
 import os
@@ -38,9 +38,9 @@ from pgn_tf import config as config_lib
 from pgn_tf import digest_metrics, objectives, text
 from pgn_tf.data import dataset, jsonl, tfrecord
 from pgn_tf.data.example import Example, ReadStats
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
 from pgn_tf.utils import progress
+from pgn_tf.utils.errors import UserError, run_cli
 
 
 def read_split(path: str, fmt: str | None, limit: int | None) -> list[Example]:

@@ -24,7 +24,7 @@ then renamed into place, so a server polling BASE/NAME never sees half a model.
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import json
 import os
@@ -36,8 +36,8 @@ import keras
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer
+from pgn_tf.utils.errors import UserError, run_cli
 
 CHECK_ARTICLES = [
     "the council said on monday that the bridge near the station would be repaired .",

@@ -32,9 +32,9 @@ from pgn_tf.data import dataset
 from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
 from pgn_tf.decoding.beam_search import ARTICLE, beam_search, tile_beams
-from pgn_tf.errors import UserError
 from pgn_tf.layers.pointer import copy_slots
 from pgn_tf.model_dir import ModelDir
+from pgn_tf.utils.errors import UserError
 
 
 def load_model(model_dir: str, which: str = "best"):

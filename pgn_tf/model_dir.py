@@ -24,9 +24,9 @@ import tensorflow as tf
 
 from pgn_tf import config as config_lib
 from pgn_tf import vocab as vocab_lib
-from pgn_tf.errors import UserError
 from pgn_tf.models import build_model
 from pgn_tf.utils.durable import write_json
+from pgn_tf.utils.errors import UserError
 
 # Architecture keys that must match between a model dir and a run that continues it.
 ARCHITECTURE_KEYS = ("model_type", "hidden_dim", "enc_hidden_dim", "emb_dim", "pointer_gen",

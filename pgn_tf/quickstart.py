@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import os
 import sys
@@ -17,8 +17,8 @@ import sys
 import tensorflow as tf
 
 from pgn_tf import evaluate, export, train
-from pgn_tf.errors import run_cli
 from pgn_tf.inference import Summarizer
+from pgn_tf.utils.errors import run_cli
 
 
 def run(args) -> None:

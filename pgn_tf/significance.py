@@ -12,7 +12,7 @@ replacement: the p-value is the share of resamples in which B's mean is not abov
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import gzip
 import json
@@ -20,8 +20,8 @@ import sys
 
 import numpy as np
 
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import tokens_to_sentences
+from pgn_tf.utils.errors import UserError, run_cli
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 

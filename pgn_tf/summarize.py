@@ -26,7 +26,7 @@ running the same command again finishes the job.
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import gzip
 import json
@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterator
 
 from pgn_tf.data.lines import numbered_lines
-from pgn_tf.errors import UserError, run_cli
+from pgn_tf.utils.errors import UserError, run_cli
 
 WINDOW_BATCHES = 16  # batches read ahead, sorted by length, decoded, then written in order
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")

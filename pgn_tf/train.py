@@ -24,7 +24,7 @@ restarted, all of them resume from the last checkpoint, the data order continuin
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import contextlib
 import dataclasses
@@ -38,12 +38,12 @@ from pgn_tf import config as config_lib
 from pgn_tf import model_dir as model_dir_lib
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset, synthetic, tfrecord
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.training import loop
 from pgn_tf.training.distribute import barrier, worker_role
 from pgn_tf.training.trainer import Trainer
 from pgn_tf.utils.dirlock import DirLock
 from pgn_tf.utils.durable import write_json
+from pgn_tf.utils.errors import UserError, run_cli
 
 
 def set_cpu_devices(n: int) -> None:

@@ -15,7 +15,7 @@ value and writes them to <model_dir>/abs_plus.json.
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import json
 import os
@@ -25,9 +25,9 @@ import tensorflow as tf
 
 from pgn_tf import evaluate
 from pgn_tf.decoding.features import NUM_FEATURES
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.inference import Summarizer, tokens_to_sentences
 from pgn_tf.utils import progress
+from pgn_tf.utils.errors import UserError, run_cli
 
 
 def make_scorer(summarizer: Summarizer, articles: list[str], references: list[str],

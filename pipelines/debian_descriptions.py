@@ -14,7 +14,7 @@ Writes --output (every pair, with its `group` and `split`) and, beside it, one f
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import bz2
 import collections
@@ -27,8 +27,8 @@ import shutil
 import subprocess
 import sys
 
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.pipelines.preprocess import hash_fraction
+from pgn_tf.utils.errors import UserError, run_cli
 
 LISTS_DIR = "/var/lib/apt/lists"
 

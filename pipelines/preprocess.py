@@ -24,7 +24,7 @@ Every count comes from Beam metrics, so the summary is the same on any runner.
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import gzip
 import hashlib
@@ -40,7 +40,7 @@ from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from pgn_tf.data.example import Example, ReadStats
-from pgn_tf.errors import UserError, run_cli
+from pgn_tf.utils.errors import UserError, run_cli
 
 FORMATS = ("jsonl", "story", "see_bin", "tfds", "parallel")
 NAMESPACE = "pgn_tf.preprocess"

@@ -41,7 +41,7 @@ Config (YAML; `--set section.key=value` overrides a scalar):
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import copy
 import functools
@@ -55,9 +55,9 @@ import time
 
 import yaml
 
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.utils import durable
 from pgn_tf.utils.dirlock import DirLock, process_alive
+from pgn_tf.utils.errors import UserError, run_cli
 
 DEFAULTS = {
     "run_dir": "runs/pipeline",

@@ -21,7 +21,7 @@ Counts (lines, records, bad lines, summaries) come from Beam metrics and are pri
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import gzip
 import json
@@ -43,8 +43,8 @@ from apache_beam.ml.inference.base import (
 )
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from pgn_tf.errors import UserError, run_cli
 from pgn_tf.summarize import raw_lines
+from pgn_tf.utils.errors import UserError, run_cli
 
 NAMESPACE = "pgn_tf.summarize"
 WINDOW_BATCHES = 16  # model batches per RunInference batch: sorted by length, then decoded

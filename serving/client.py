@@ -9,7 +9,7 @@ tensorflow-serving-api stubs (gRPC) or TF Serving's REST API (--rest, --server h
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import json
 import sys

@@ -15,7 +15,7 @@ serving.rest_service, serving.metrics, serving.status (errors). Binds to 127.0.0
 
 from __future__ import annotations
 
-from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
 import dataclasses
 import logging

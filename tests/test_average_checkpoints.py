@@ -6,9 +6,9 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf import average_checkpoints
-from pgn_tf.errors import UserError
 from pgn_tf.model_dir import ModelDir, restore_model
 from pgn_tf.models import build_model
+from pgn_tf.utils.errors import UserError
 
 
 def test_average_of_the_last_checkpoints_is_a_loadable_model_dir(trained_model_dir, tmp_path):

@@ -4,7 +4,7 @@ line is missing."""
 import pytest
 
 from benchmarks import compare_peer
-from pgn_tf.errors import UserError
+from pgn_tf.utils.errors import UserError
 
 # bench.sh's output (both modes), its training log's parameter lines included.
 OUTPUT = """\

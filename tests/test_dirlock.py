@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from pgn_tf.errors import UserError
 from pgn_tf.utils.dirlock import LOCK_NAME, DirLock
+from pgn_tf.utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -106,7 +106,7 @@ def test_stale_locks_are_taken_over_live_or_foreign_ones_are_not(tmp_path):
 RACE = """
 import sys
 from pgn_tf.utils.dirlock import DirLock
-from pgn_tf.errors import UserError
+from pgn_tf.utils.errors import UserError
 print("ready", flush=True)
 sys.stdin.readline()  # start together
 try:

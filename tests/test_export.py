@@ -10,8 +10,8 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from pgn_tf import export
-from pgn_tf.errors import UserError
 from pgn_tf.inference import Summarizer
+from pgn_tf.utils.errors import UserError
 
 ARTICLE = ("zorblax , a pilot from quenton , sold 5512 boxes of apples on friday . "
            "officials said zorblax sold 5512 boxes of apples .")

@@ -12,10 +12,10 @@ from pgn_tf import evaluate, summarize
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
 from pgn_tf.decoding.beam_search import beam_search
-from pgn_tf.errors import UserError
 from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.models import build_model
+from pgn_tf.utils.errors import UserError
 from tests.decoding.see_reference import see_beam_search
 
 

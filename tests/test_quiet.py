@@ -1,4 +1,4 @@
-"""pgn_tf.quiet: the commands start without TensorFlow's noise, --verbose and PGN_TF_VERBOSE=1
+"""pgn_tf.utils.quiet: the commands start without TensorFlow's noise, --verbose and PGN_TF_VERBOSE=1
 leave everything on, and messages not on the known list still show."""
 
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pgn_tf import quiet
+from pgn_tf.utils import quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOISE = ["absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard",
@@ -20,7 +20,7 @@ if not quiet.has_nvidia_device():
 STATE = """
 import logging, os, sys
 import pgn_tf.summarize  # an entry point that imports TensorFlow only when it needs it
-from pgn_tf import quiet
+from pgn_tf.utils import quiet
 {after}
 print(os.environ.get("TF_CPP_MIN_LOG_LEVEL"), os.environ.get("PGN_TF_VERBOSE"),
       any(isinstance(f, quiet._QuietTensorFlowImport) for f in sys.meta_path),
@@ -80,7 +80,7 @@ def test_start_installs_its_filters_unless_verbose(how):
 def test_real_warnings_still_show():
     code = """
 import logging, warnings
-from pgn_tf import quiet
+from pgn_tf.utils import quiet
 import absl.logging
 import tensorflow as tf
 
@@ -105,7 +105,7 @@ def test_the_stderr_filter_passes_other_lines_on_even_when_the_process_aborts():
     """A CPU without AVX: TensorFlow's import prints a FATAL line and aborts inside the window."""
     code = r"""
 import os
-from pgn_tf import quiet
+from pgn_tf.utils import quiet
 
 with quiet.filtered_stderr(quiet.startup_noise()):
     os.write(2, b"WARNING: All log messages before absl::InitializeLog() is called are "

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pgn_tf import significance
-from pgn_tf.errors import UserError
+from pgn_tf.utils.errors import UserError
 
 
 def test_paired_bootstrap_detects_a_gain_and_not_noise():

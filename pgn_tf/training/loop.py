@@ -16,9 +16,9 @@ import time
 import keras
 import tensorflow as tf
 
-from pgn_tf.errors import UserError
 from pgn_tf.training.optimizers import initial_learning_rate
 from pgn_tf.training.trainer import Trainer
+from pgn_tf.utils.errors import UserError
 
 SCALARS = ("loss", "nll", "coverage_loss", "p_gen_mean", "grad_norm", "reward_sample",
            "reward_greedy", "sample_capped", "advantage_abs", "advantage_zero", "sample_entropy",

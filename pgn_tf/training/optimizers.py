@@ -28,7 +28,7 @@ import keras
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf.errors import UserError
+from pgn_tf.utils.errors import UserError
 
 
 def _local(variable):

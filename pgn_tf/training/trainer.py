@@ -20,12 +20,12 @@ from pgn_tf import model_dir as model_dir_lib
 from pgn_tf import objectives
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
-from pgn_tf.errors import UserError
 from pgn_tf.models import build_model
 from pgn_tf.training import hardware, validation
 from pgn_tf.training.distribute import worker_role
 from pgn_tf.training.guard import apply_guarded, scale_loss
 from pgn_tf.training.optimizers import initial_learning_rate, make_optimizer
+from pgn_tf.utils.errors import UserError
 
 
 class Trainer:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.errors import UserError
+from pgn_tf.utils.errors import UserError
 
 
 def eval_rouge(trainer) -> dict:

@@ -28,7 +28,7 @@ import os
 import socket
 import time
 
-from pgn_tf.errors import UserError
+from pgn_tf.utils.errors import UserError
 
 LOCK_NAME = ".lock"
 # A lock file is written right after it is created; one still unreadable after this long was

@@ -9,9 +9,9 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf.errors import UserError
 from pgn_tf.model_dir import restore_model
 from pgn_tf.models import build_model
+from pgn_tf.utils.errors import UserError
 
 V, B, L, T = 40, 3, 9, 5
 

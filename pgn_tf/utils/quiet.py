@@ -3,7 +3,7 @@
 Every entry point (setup.py's COMMANDS, and the other `python -m` commands of docs/usage.md)
 imports this module first, before anything imports TensorFlow:
 
-    from pgn_tf.quiet import add_verbose_flag  # isort: skip  (first: it quiets TensorFlow's start)
+    from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 
 (importing it runs start()) and registers `--verbose` with `add_verbose_flag(parser)`.
 `--verbose` on the command line, or PGN_TF_VERBOSE=1 in the environment, turns all of this off
@@ -248,7 +248,7 @@ def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
     """Registers `--verbose` (read from sys.argv at start(), before argparse runs)."""
     parser.add_argument(VERBOSE_FLAG, action=_VerboseAction,
                         help=f"also show TensorFlow's start-up logs and the warnings known to be "
-                             f"harmless (pgn_tf/quiet.py); {VERBOSE_ENV}=1 does the same")
+                             f"harmless (pgn_tf/utils/quiet.py); {VERBOSE_ENV}=1 does the same")
 
 
 start()
