@@ -8,6 +8,12 @@
 
 The names below are imported on first use, so `import pgn_tf` does not start TensorFlow;
 everything else stays in its module (pgn_tf.train, pgn_tf.evaluate, pgn_tf.export, ...).
+
+The package's top level holds the commands (`python -m pgn_tf.VERB`: train, evaluate,
+summarize, export, average_checkpoints, tune, significance, quickstart) and the concepts every
+part shares (config and presets, text and vocab, objectives, inference, model_dir); the rest is
+grouped by job: data/, layers/, ops/, models/, decoding/, training/, utils/, and, installed
+from the repository's top-level folders, serving/ and pipelines/ (README: code map).
 """
 
 from __future__ import annotations
