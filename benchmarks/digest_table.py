@@ -44,7 +44,6 @@ prints the table and one JSON line. `--render` rewrites them from results.json.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -58,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import yaml  # noqa: E402
 
 from benchmarks import quality_table, svg_chart  # noqa: E402
-from benchmarks.common import cpu_flags, emit  # noqa: E402
+from benchmarks.common import emit  # noqa: E402
 
 STAGES = ("lead", "baseline", "see", "paulus", "see_rl", "peer")
 LEAD_BLOCKS = "lead_blocks (first sentence of each block)"
@@ -452,18 +451,10 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--data_dir is required unless --render")
     if "peer" in stages and not a.render and not (a.peer_dir and a.peer_work):
         p.error("the peer stage needs --peer_dir and --peer_work (or --skip_peer)")
-    table = DigestTable(a)
-    if not a.render:
-        settings = table.settings()
-        settings.update(minutes=a.minutes, baseline_minutes=a.baseline_minutes,
-                        paulus_minutes=a.paulus_minutes, rl_minutes=a.rl_minutes,
-                        peer_minutes=a.peer_minutes, score=a.score, overrides=a.set,
-                        cpu_flags=cpu_flags())
-        with open(table.w("settings.json"), "w") as f:
-            json.dump(settings, f)
-        for stage in stages:
-            getattr(table, f"stage_{stage}")()
-    table.write()
+    quality_table.run(DigestTable(a), stages, a.render, minutes=a.minutes,
+                      baseline_minutes=a.baseline_minutes, paulus_minutes=a.paulus_minutes,
+                      rl_minutes=a.rl_minutes, peer_minutes=a.peer_minutes, score=a.score,
+                      overrides=a.set)
 
 
 if __name__ == "__main__":

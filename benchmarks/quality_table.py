@@ -556,14 +556,18 @@ def main(argv: list[str] | None = None) -> None:
         p.error(f"unknown stage(s) {sorted(unknown)} (stages: {', '.join(STAGES)})")
     if not a.render and not a.data_dir:
         p.error("--data_dir is required unless --render")
-    table = Table(a)
-    if not a.render:
-        settings = table.settings()
-        settings.update(minutes=a.minutes, seed_minutes=a.seed_minutes, rl_minutes=a.rl_minutes,
-                        abs_minutes=a.abs_minutes, score=a.score, overrides=a.set,
-                        cpu_flags=cpu_flags())
+    run(Table(a), stages, a.render, minutes=a.minutes, seed_minutes=a.seed_minutes,
+        rl_minutes=a.rl_minutes, abs_minutes=a.abs_minutes, score=a.score, overrides=a.set)
+
+
+def run(table: Table, stages: list[str], render: bool, **settings) -> None:
+    """Runs the stages (unless only rendering), with the run's settings written first, then
+    writes the table."""
+    if not render:
+        recorded = table.settings()
+        recorded.update(settings, cpu_flags=cpu_flags())
         with open(table.w("settings.json"), "w") as f:
-            json.dump(settings, f)
+            json.dump(recorded, f)
         for stage in stages:
             getattr(table, f"stage_{stage}")()
     table.write()
