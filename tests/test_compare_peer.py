@@ -155,7 +155,10 @@ def test_the_watcher_reads_a_child_processes_peak(tmp_path):
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     with peak_rss.TreeWatcher(proc.pid, peak_rss.onmt_phase, interval=0.05) as watcher:
         assert proc.stdout.readline() == "ready\n"  # its peak is behind it, its RSS low
+        # read it now that its peak is behind it (the watcher's own thread may only have read it
+        # before: while bash started it, or before the 120 MiB were touched)
         deadline = time.monotonic() + 60
+        watcher.poll()
         while "training" not in watcher.peaks() and time.monotonic() < deadline:
             watcher.poll()
         proc.stdin.close()
