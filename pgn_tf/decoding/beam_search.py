@@ -372,7 +372,27 @@ class _Candidates(NamedTuple):
 class BeamSearch(DecodingStrategy):
     """The search of the module docstring as a decoding strategy over a `BeamState`: one
     `step` scores every extension, selects the candidates, keeps the finished hypotheses and
-    reorders the state. Arguments as `beam_search`'s (initial_state goes to `initialize`)."""
+    reorders the state (`beam_search` runs it).
+
+    Args:
+      step_fn: the search interface (module docstring).
+      batch_size B, beam_size K, max_steps T, min_steps: ints or int32 scalars.
+      length_penalty: 0 = average log-prob (See et al.), alpha > 0 = GNMT's.
+      block_trigrams: Paulus et al.'s trigram blocking. unk_id: if set, [UNK] is never emitted.
+      return_extras: True (= ("attn", "p_gen")) or a tuple of "attn", "p_gen", "src_pos": the
+        best hypothesis' attention [B, T, L], p_gen [B, T], argmax of the attention int32
+        [B, T] (step_fn's extras "attn" [N, L] and "p_gen" [N]); "attn" needs src_len.
+      coverage_penalty: GNMT's beta (0 = off); needs src_len and the extra "attn".
+      repeat_exempt: bool [V] or None: the repeated-word block (`constrain`).
+      recombine_window: C > 0 merges hypotheses with the same last C ids (0 = off).
+      compact_below: finished articles leave the batch once the live ones are at most this
+        share of the rows decoded (1.0: at every step where one finishes; 0: never).
+
+    The result (`finalize`, and so `beam_search`), a dict:
+      ids int32 [B, T] best hypothesis (padded with 0 after its end, [STOP] excluded),
+      length int32 [B] (tokens before [STOP]), score float32 [B] (its ranking score),
+      and the requested extras (zero after the end).
+    """
 
     first_step_apart = True
 
@@ -684,51 +704,12 @@ class BeamSearch(DecodingStrategy):
                                     out=state.out)
 
 
-def beam_search(
-    step_fn,
-    initial_state,
-    batch_size,
-    beam_size,
-    max_steps,
-    start_id: int,
-    stop_id: int,
-    min_steps=0,
-    length_penalty: float = 0.0,
-    block_trigrams: bool = False,
-    unk_id: int | None = None,
-    return_extras=False,
-    src_len=None,
-    coverage_penalty: float = 0.0,
-    repeat_exempt=None,
-    recombine_window: int = 0,
-    compact_below: float = 1.0,
-):
-    """Runs the search (semantics in the module docstring): `BeamSearch` by `dynamic_decode`.
-
-    Args:
-      step_fn: the search interface (module docstring).
-      initial_state: nest of [B*K, ...] tensors (already tiled with `tile_beams`).
-      batch_size B, beam_size K, max_steps T, min_steps: ints or int32 scalars.
-      length_penalty: 0 = average log-prob (See et al.), alpha > 0 = GNMT's.
-      block_trigrams: Paulus et al.'s trigram blocking. unk_id: if set, [UNK] is never emitted.
-      return_extras: True (= ("attn", "p_gen")) or a tuple of "attn", "p_gen", "src_pos": the
-        best hypothesis' attention [B, T, L], p_gen [B, T], argmax of the attention int32
-        [B, T] (step_fn's extras "attn" [N, L] and "p_gen" [N]); "attn" needs src_len.
-      coverage_penalty: GNMT's beta (0 = off); needs src_len and the extra "attn".
-      repeat_exempt: bool [V] or None: the repeated-word block (`constrain`).
-      recombine_window: C > 0 merges hypotheses with the same last C ids (0 = off).
-      compact_below: finished articles leave the batch once the live ones are at most this
-        share of the rows decoded (1.0: at every step where one finishes; 0: never).
-
-    Returns dict:
-      ids int32 [B, T] best hypothesis (padded with 0 after its end, [STOP] excluded),
-      length int32 [B] (tokens before [STOP]), score float32 [B] (its ranking score),
-      and the requested extras (zero after the end).
+def beam_search(step_fn, initial_state, *args, **kwargs):
+    """Runs the search (semantics in the module docstring): `BeamSearch(step_fn, *args,
+    **kwargs)` by `dynamic_decode` from `initial_state`, a nest of [B*K, ...] tensors (already
+    tiled with `tile_beams`). The other arguments, in order, and the result are `BeamSearch`'s.
     """
-    search = BeamSearch(step_fn, batch_size, beam_size, max_steps, start_id, stop_id, min_steps,
-                        length_penalty, block_trigrams, unk_id, return_extras, src_len,
-                        coverage_penalty, repeat_exempt, recombine_window, compact_below)
-    return dynamic_decode(search, initial_state)
+    return dynamic_decode(BeamSearch(step_fn, *args, **kwargs), initial_state)
 
 
 def _with_article(state, source):
