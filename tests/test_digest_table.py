@@ -162,3 +162,24 @@ def test_quality_table_hands_the_digests_to_digest_table(monkeypatch):
     monkeypatch.setattr(dt, "main", lambda argv: seen.append(argv))
     quality_table.main(["--corpus", "digests", "--data_dir", "D", "--minutes", "0.3"])
     assert seen == [["--data_dir", "D", "--minutes", "0.3"]]
+
+
+def _bar_heights(svg_text: str) -> dict[str, float]:
+    ns = "{http://www.w3.org/2000/svg}"
+    svg = ET.fromstring(svg_text)
+    return {r.find(f"{ns}title").text: float(r.get("height")) for r in svg.iter(f"{ns}rect")
+            if r.find(f"{ns}title") is not None}
+
+
+def test_a_shared_axis_scales_every_group_to_the_largest_value():
+    heights = _bar_heights(svg_chart.grouped_bars(["a", "b"], {"s": [20.0, 1.0], "t": [10.0, 0.5]},
+                                                  "t", "y", height=420))
+    assert heights["s: 20"] == pytest.approx(300.0)  # the plot's height: 420 - 70 - 50
+    assert heights["s: 1"] == pytest.approx(15.0) and heights["t: 0.5"] == pytest.approx(7.5)
+
+
+def test_groups_on_their_own_scales_each_reach_the_top():
+    heights = _bar_heights(svg_chart.grouped_bars(["a", "b"], {"s": [20.0, 1.0], "t": [10.0, 0.5]},
+                                                  "t", "y", height=420, shared_axis=False))
+    assert heights["s: 20"] == pytest.approx(300.0) and heights["s: 1"] == pytest.approx(300.0)
+    assert heights["t: 10"] == pytest.approx(150.0) and heights["t: 0.5"] == pytest.approx(150.0)
