@@ -67,8 +67,8 @@ COV = quality_table.COV  # "see2017 pointer-generator + coverage"
 PAULUS_ML, PAULUS_RL = "paulus2017, ML continued", "paulus2017, ML+RL (mixed)"
 SEE_ML, SEE_RL = "see2017 + coverage, ML continued", "see2017 + coverage, ML+RL (mixed)"
 PEER = "OpenNMT-py copy + coverage, same hour"
-# The peer is in the table, not the figure: a model that loops (two-thirds of its 3-grams
-# duplicates after its hour) would flatten every other bar, as it would in See et al.'s Fig. 4.
+# The peer is in the table, not the figure: a model early in training loops, and its bars
+# would flatten every other system's.
 FIGURE_ROWS = (LEAD_BLOCKS, BASE, PGN, COV, PAULUS_ML, PAULUS_RL, SEE_RL)
 
 # (claim, system A, system B, measure, "higher" or "lower": what B is claimed to be than A).
@@ -381,7 +381,8 @@ class DigestTable(quality_table.Table):
         ref = self.references()
         if ref:
             series["references"] = ref["dup_ngrams"] + [ref["dup_sentence"]]
-        # each group on its own scale: duplicate words (~20%) would flatten 3-grams (~1%)
+        # each group on its own scale: duplicate words, far commoner than duplicate 3-grams,
+        # would otherwise flatten the 3-gram bars
         return svg_chart.grouped_bars(["1-grams", "2-grams", "3-grams", "4-grams", "sentences"],
                                       series, "Duplicates within a summary (See et al. Fig. 4), "
                                       "Debian digests; each group on its own scale",
