@@ -34,10 +34,10 @@ def duplicates(tokens: list[str], n: int) -> tuple[int, int, collections.Counter
     return len(grams), sum(dups.values()), dups
 
 
-def pooled_pct(texts: list[list[str]], n: int) -> float:
-    totals = [duplicates(t, n)[:2] for t in texts]
-    grams = sum(g for g, _ in totals)
-    return round(100 * sum(d for _, d in totals) / grams, 2) if grams else 0.0
+def pooled_pct(counts: list[tuple[int, int, collections.Counter]]) -> float:
+    """Duplicate n-grams as a share of all n-grams, over outputs' `duplicates` counts."""
+    grams = sum(c[0] for c in counts)
+    return round(100 * sum(c[1] for c in counts) / grams, 2) if grams else 0.0
 
 
 def report(rows: list[dict], n: int = 3, top: int = 10) -> dict:
@@ -52,14 +52,14 @@ def report(rows: list[dict], n: int = 3, top: int = 10) -> dict:
     worst = order[0] if order and per[order[0]][1] else None
     return {
         "outputs": len(rows),
-        "dup_pct": pooled_pct(outputs, n),
-        "reference_dup_pct": pooled_pct([r["reference"].split() for r in rows], n),
+        "dup_pct": pooled_pct(per),
+        "reference_dup_pct": pooled_pct([duplicates(r["reference"].split(), n) for r in rows]),
         "outputs_with_duplicates": sum(1 for _, d, _ in per if d),
         "duplicates": total,
         "worst_output_duplicates": per[worst][1] if worst is not None else 0,
         "worst_10_share_pct": round(100 * sum(per[i][1] for i in order[:10]) / total, 1)
         if total else 0.0,
-        "dup_pct_without_worst": pooled_pct([t for i, t in enumerate(outputs) if i != worst], n),
+        "dup_pct_without_worst": pooled_pct([c for i, c in enumerate(per) if i != worst]),
         "worst_output": " ".join(outputs[worst]) if worst is not None else "",
         "top_ngrams": [[" ".join(g), c] for g, c in by_gram.most_common(top)],
     }
