@@ -11,7 +11,7 @@ PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, on
 README.md. `PEER/bench.sh PEER_WORK both` runs first (the first run is the long one: its virtual
 environment, tokenized corpus and 1,500-step model stay in PEER_WORK for the next run), then this
 project's half, so the two never share the CPU. The peer's figures are read from its output
-(`parse_peer`); its examples/s is onmt-ref.yaml's batch of sentences over its s/step. DATA holds
+(`parse_peer`); its examples/s is the batch of sentences bench.sh trained with over its s/step. DATA holds
 the corpus the peer's setup tokenizes, train.jsonl.gz and validation.jsonl.gz.
 
 This project's half runs at the sizes of --config (a preset or config file; default the
@@ -120,6 +120,7 @@ ROWS = (
     ("params", "parameters"),
     ("decode_articles_per_sec", f"decoding articles/s (beam {BEAM}, batch {BATCH})"),
     ("decode_mean_tokens", "decoded summary tokens (mean)"),
+    ("decode_tokens_per_sec", "decoded tokens/s (articles/s x mean tokens)"),
     ("train_peak_rss_mib", "training peak RSS (MiB)"),
     ("decode_peak_rss_mib", "decoding peak RSS (MiB)"),
 )
@@ -166,9 +167,14 @@ def parse_peer(output: str, mode: str = "both") -> dict:
     return out
 
 
-def peer_batch_size(peer_dir: str) -> int | None:
-    """onmt-ref.yaml's batch size when it counts sentences (examples), else None."""
-    path = os.path.join(peer_dir, "onmt-ref.yaml")
+def peer_batch_size(peer_dir: str, peer_work: str | None = None) -> int | None:
+    """The batch size of the yaml bench.sh trained with, when it counts sentences (examples),
+    else None: PEER_WORK/run-300.yaml, which bench.sh writes from onmt-ref.yaml with the
+    corpus' changes (PEER_CORPUS=digests halves the batch to 16), or onmt-ref.yaml itself
+    where bench.sh left none."""
+    path = os.path.join(peer_work or "", "run-300.yaml")
+    if not (peer_work and os.path.exists(path)):
+        path = os.path.join(peer_dir, "onmt-ref.yaml")
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -207,7 +213,7 @@ def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
         raise UserError(f"{bench} exited with status {proc.returncode}; the last lines of its "
                         f"output:\n{tail(output)}")
     figures = parse_peer(output, mode)
-    batch = peer_batch_size(peer_dir)
+    batch = peer_batch_size(peer_dir, peer_work)
     if batch and "train_sec_per_step" in figures:
         figures["train_examples_per_sec"] = round(batch / figures["train_sec_per_step"], 1)
     tokens = mean_tokens(os.path.join(peer_work, "run", "valid.pred.txt"))
@@ -380,6 +386,17 @@ def fmt(value) -> str:
     return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
 
 
+def with_token_rate(figures: dict) -> dict:
+    """figures with decode_tokens_per_sec added where articles/s and mean tokens are known:
+    the two systems' summaries can differ in length several times over (a model early in
+    training loops to the length limit), and a search's cost grows with its steps, so
+    articles/s alone compares unlike work."""
+    rate, tokens = figures.get("decode_articles_per_sec"), figures.get("decode_mean_tokens")
+    if rate is None or tokens is None:
+        return figures
+    return dict(figures, decode_tokens_per_sec=round(rate * tokens, 1))
+
+
 def ratios(mine: dict, peer: dict) -> dict:
     """{row key: pgn_tf / OpenNMT-py} where both have the figure."""
     return {key: round(mine[key] / peer[key], 3) for key, _ in ROWS
@@ -439,6 +456,7 @@ def run(a) -> dict:
     peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work), "both",
                                            CORPORA[a.corpus]["peer_corpus"])
     mine = {"figures": {}} if a.skip_ours else ours(a, cfg, variants)
+    mine["figures"], peer = with_token_rate(mine["figures"]), with_token_rate(peer)
     ratio = ratios(mine["figures"], peer)
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
     print(f"\n== pgn_tf (--config {a.config}) vs OpenNMT-py (the reference's bench.sh, "

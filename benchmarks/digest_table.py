@@ -3,7 +3,7 @@ See et al. and Paulus et al. measured (docs/digests.md). Every system trained an
 validation by the same script, the peer (OpenNMT-py) given the same hour.
 
     python benchmarks/quality_table.py --corpus digests --data_dir DIGESTS --work_dir WORK \
-        [--stages lead,baseline,see,paulus,see_rl,peer] [--minutes 60] \
+        [--stages lead,baseline,see,paulus,see_rl,peer] [--minutes 60] [--coverage_minutes M] \
         [--baseline_minutes 45] [--paulus_minutes 60] [--rl_minutes 20] [--score 600] \
         [--peer_dir PEER --peer_work PEER_WORK] [--peer_minutes 60] [--skip_peer] \
         [--figure docs/digests_repetition.svg] [--set KEY=VALUE ...]
@@ -18,8 +18,9 @@ checkpoints are chosen on the ones after them. Each stage adds its rows to
   lead      lead_blocks (the first sentence of each block), lead-3 sentences, and lead-k words
             with k the mean token count of the first 2,000 training summaries.
   baseline  See et al.'s baseline (digest_baseline) for --baseline_minutes.
-  see       See et al.'s recipe in --minutes: the pointer-generator (digest_pgn) for 3/4 of
-            them, then coverage (digest_coverage) for 1/4 in the same model dir.
+  see       See et al.'s recipe in --minutes: the pointer-generator (digest_pgn) for --minutes
+            minus --coverage_minutes, then coverage (digest_coverage) for --coverage_minutes in
+            the same model dir (default a quarter of --minutes, the headlines' split).
   paulus    Paulus et al. (digest_paulus): ML for --paulus_minutes minus --rl_minutes, then from
             that model two arms of --rl_minutes each, ML continued and mixed ML+RL (eq. 16).
   see_rl    the same two arms from the `see` stage's coverage model (See et al. + coverage +
@@ -195,10 +196,10 @@ class DigestTable(quality_table.Table):
         self.evaluate(BASE, "baseline", d, train=[t])
 
     def stage_see(self) -> None:
-        m, d = self.a.minutes, self.w("pgn")
-        t1 = self.train_phase(d, "digest_pgn", 0.75 * m)
+        m, c, d = self.a.minutes, self.a.coverage_minutes, self.w("pgn")
+        t1 = self.train_phase(d, "digest_pgn", m - c)
         self.evaluate(PGN, "see", d, train=[t1])
-        t2 = self.train_phase(d, "digest_coverage", 0.25 * m)
+        t2 = self.train_phase(d, "digest_coverage", c)
         self.evaluate(COV, "see", d, train=[t1, t2])
 
     def stage_paulus(self) -> None:
@@ -268,8 +269,9 @@ class DigestTable(quality_table.Table):
         if not s:
             return {}
         m, rl, pm = s["minutes"], s["rl_minutes"], s["paulus_minutes"]
-        see = f"{0.75 * m:g} + {0.25 * m:g}"
-        return {BASE: f"{s['baseline_minutes']:g}", PGN: f"{0.75 * m:g}", COV: see,
+        c = s.get("coverage_minutes", 0.25 * m)  # runs before the flag split the hour 3:1
+        see = f"{m - c:g} + {c:g}"
+        return {BASE: f"{s['baseline_minutes']:g}", PGN: f"{m - c:g}", COV: see,
                 "paulus2017 ML": f"{pm - rl:g}", PAULUS_ML: f"{pm - rl:g} + {rl:g}",
                 PAULUS_RL: f"{pm - rl:g} + {rl:g}", SEE_ML: f"{see} + {rl:g}",
                 SEE_RL: f"{see} + {rl:g}", PEER: f"{s['peer_minutes']:g} (wall clock)"}
@@ -422,6 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work_dir", default="runs/digests")
     p.add_argument("--stages", default=",".join(STAGES), help=f"some of {', '.join(STAGES)}")
     p.add_argument("--minutes", type=float, default=60.0, help="See et al.'s recipe's budget")
+    p.add_argument("--coverage_minutes", type=float,
+                   help="the coverage phase's part of --minutes, the rest the pointer-"
+                        "generator's (default a quarter, the headlines' split)")
     p.add_argument("--baseline_minutes", type=float, default=45.0,
                    help="See et al.'s baseline's budget (the pointer-generator phase's)")
     p.add_argument("--paulus_minutes", type=float, default=60.0,
@@ -456,8 +461,13 @@ def main(argv: list[str] | None = None) -> None:
         p.error("--data_dir is required unless --render")
     if "peer" in stages and not a.render and not (a.peer_dir and a.peer_work):
         p.error("the peer stage needs --peer_dir and --peer_work (or --skip_peer)")
+    if a.coverage_minutes is None:
+        a.coverage_minutes = 0.25 * a.minutes
+    if not 0 < a.coverage_minutes < a.minutes:
+        p.error(f"--coverage_minutes must lie between 0 and --minutes ({a.minutes:g})")
     quality_table.run(DigestTable(a), stages, a.render, minutes=a.minutes,
-                      baseline_minutes=a.baseline_minutes, paulus_minutes=a.paulus_minutes,
+                      coverage_minutes=a.coverage_minutes, baseline_minutes=a.baseline_minutes,
+                      paulus_minutes=a.paulus_minutes,
                       rl_minutes=a.rl_minutes, peer_minutes=a.peer_minutes, score=a.score,
                       overrides=a.set)
 

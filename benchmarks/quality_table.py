@@ -280,12 +280,15 @@ class Table:
              ml_train: list) -> None:
         """Two arms from the same model: the ML objective continued, and the mixed one."""
         out = {}
-        for arm, extra in (("ML continued", []),
-                           ("ML+RL (mixed)", ["--set", "train.objective=mixed",
-                                              "--set", "train.eval_every=100"])):
-            d = self.w(stage, arm.split()[0].replace("+", "_"))
+        arms = (("ML continued", []),
+                ("ML+RL (mixed)", ["--set", "train.objective=mixed", "--set",
+                                   "train.eval_every=100"]))
+        dirs = [arm.split()[0].replace("+", "_") for arm, _ in arms]
+        for (arm, extra), name in zip(arms, dirs):
+            d = self.w(stage, name)
             shutil.rmtree(d, ignore_errors=True)
-            shutil.copytree(start_dir, d, ignore=shutil.ignore_patterns("eval_*"))
+            # the paulus stage's arms live inside its model dir: an arm never copies another
+            shutil.copytree(start_dir, d, ignore=shutil.ignore_patterns("eval_*", *dirs))
             t = self.train_phase(d, preset, minutes, extra)
             out[arm] = self.evaluate(f"{label}, {arm}", stage, d, train=[*ml_train, t])
         from pgn_tf import significance

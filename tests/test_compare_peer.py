@@ -49,6 +49,24 @@ def test_the_peer_examples_per_second_come_from_its_batch_of_sentences(tmp_path)
     assert compare_peer.peer_batch_size(str(tmp_path)) == 32
     (tmp_path / "onmt-ref.yaml").write_text("batch_size: 4096\nbatch_type: tokens\n")
     assert compare_peer.peer_batch_size(str(tmp_path)) is None
+    # the yaml bench.sh trained with, where it wrote one (PEER_CORPUS=digests halves the batch)
+    (tmp_path / "onmt-ref.yaml").write_text("batch_size: 32\nbatch_type: sents\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    assert compare_peer.peer_batch_size(str(tmp_path), str(work)) == 32
+    (work / "run-300.yaml").write_text("batch_size: 16\nbatch_type: sents\n")
+    assert compare_peer.peer_batch_size(str(tmp_path), str(work)) == 16
+
+
+def test_the_token_rate_puts_summaries_of_unlike_lengths_on_one_scale():
+    mine = compare_peer.with_token_rate({"decode_articles_per_sec": 34.0,
+                                         "decode_mean_tokens": 17.5})
+    peer = compare_peer.with_token_rate({"decode_articles_per_sec": 3.2,
+                                         "decode_mean_tokens": 74.0})
+    assert (mine["decode_tokens_per_sec"], peer["decode_tokens_per_sec"]) == (595.0, 236.8)
+    assert compare_peer.ratios(mine, peer)["decode_tokens_per_sec"] == 2.513
+    assert "decode_tokens_per_sec" not in compare_peer.with_token_rate(
+        {"decode_articles_per_sec": 3.2})
 
 
 def test_a_variant_is_a_name_and_its_overrides():

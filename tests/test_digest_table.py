@@ -142,6 +142,24 @@ def test_the_table_gives_budgets_the_digest_measures_and_the_references(tmp_path
                                   "summary.")
 
 
+def test_the_see_budgets_follow_the_recorded_coverage_split(tmp_path):
+    table = _table(tmp_path, [])
+    settings = json.loads((tmp_path / "w" / "settings.json").read_text())
+    settings["coverage_minutes"] = 20
+    (tmp_path / "w" / "settings.json").write_text(json.dumps(settings))
+    budgets = table.budgets()
+    assert (budgets[dt.PGN], budgets[dt.COV], budgets[dt.SEE_RL]) == ("40", "40 + 20",
+                                                                      "40 + 20 + 20")
+
+
+def test_the_coverage_phase_must_leave_the_pointer_generator_time(tmp_path):
+    for minutes in ("60", "0"):
+        with pytest.raises(SystemExit):
+            dt.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path / "w"),
+                     "--stages", "see", "--coverage_minutes", minutes])
+    assert not (tmp_path / "w").exists()
+
+
 def test_the_repetition_figure_has_a_bar_per_system_and_category(tmp_path):
     rows = [_row(dt.PGN, "see", "x"), _row(dt.COV, "see", "x", dup_3gram_pct=0.2)]
     svg = ET.fromstring(_table(tmp_path, rows).figure())

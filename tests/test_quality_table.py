@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import os
 
 import pytest
 
@@ -107,6 +108,27 @@ def test_the_see_rl_arms_count_the_whole_see_run(tmp_path, monkeypatch):
     assert (stage, preset, minutes) == ("see_rl", "debian_coverage", 20.0)
     assert start_dir == table.w("pgn")
     assert ml_train == [{"wall_seconds": 60 * 60.3, "final_step": 9845}]
+
+
+def test_an_arm_starts_from_the_model_alone_not_from_the_other_arm(tmp_path, monkeypatch):
+    # The paulus stage's arms live inside its model dir (paulus/ML, paulus/ML_RL).
+    table = _table(tmp_path, [])
+    start = tmp_path / "w" / "paulus"
+    (start / "ckpt").mkdir(parents=True)
+    (start / "ckpt" / "ckpt-1.index").write_text("x")
+    (start / "ML").mkdir()  # an earlier run's arm
+    (start / "ML" / "stale").write_text("x")
+    seen = {}
+
+    def train_phase(d, preset, minutes, extra=()):
+        seen[os.path.basename(d)] = sorted(os.listdir(d))
+        return {"wall_seconds": 60.0, "final_step": 2}
+
+    monkeypatch.setattr(table, "train_phase", train_phase)
+    monkeypatch.setattr(table, "evaluate", lambda *a, **k: {"decoded": "x"})
+    monkeypatch.setattr("pgn_tf.significance.compare", lambda *a: {"p_value": 1.0})
+    table.arms("paulus", str(start), "debian_paulus", "paulus2017", 1.0, [])
+    assert seen == {"ML": ["ckpt"], "ML_RL": ["ckpt"]}
 
 
 def test_the_see_rl_stage_without_the_see_stage_says_so(tmp_path):
