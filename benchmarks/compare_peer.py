@@ -11,8 +11,8 @@ PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, on
 README.md. `PEER/bench.sh PEER_WORK both` runs first (the first run is the long one: its virtual
 environment, tokenized corpus and 1,500-step model stay in PEER_WORK for the next run), then this
 project's half, so the two never share the CPU. The peer's figures are read from its output
-(`parse_peer`); its examples/s is the batch of sentences bench.sh trained with over its s/step. DATA holds
-the corpus the peer's setup tokenizes, train.jsonl.gz and validation.jsonl.gz.
+(`parse_peer`); its examples/s is the batch of sentences bench.sh trained with over its s/step.
+DATA holds the corpus the peer's setup tokenizes, train.jsonl.gz and validation.jsonl.gz.
 
 This project's half runs at the sizes of --config (a preset or config file; default the
 reference_onmt preset, which matches onmt-ref.yaml) with the --set overrides:
