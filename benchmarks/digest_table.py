@@ -269,7 +269,7 @@ class DigestTable(quality_table.Table):
         if not s:
             return {}
         m, rl, pm = s["minutes"], s["rl_minutes"], s["paulus_minutes"]
-        c = s.get("coverage_minutes", 0.25 * m)  # runs before the flag split the hour 3:1
+        c = s.get("coverage_minutes", quality_table.COVERAGE_SHARE * m)  # runs before the flag
         see = f"{m - c:g} + {c:g}"
         return {BASE: f"{s['baseline_minutes']:g}", PGN: f"{m - c:g}", COV: see,
                 "paulus2017 ML": f"{pm - rl:g}", PAULUS_ML: f"{pm - rl:g} + {rl:g}",
@@ -462,7 +462,7 @@ def main(argv: list[str] | None = None) -> None:
     if "peer" in stages and not a.render and not (a.peer_dir and a.peer_work):
         p.error("the peer stage needs --peer_dir and --peer_work (or --skip_peer)")
     if a.coverage_minutes is None:
-        a.coverage_minutes = 0.25 * a.minutes
+        a.coverage_minutes = quality_table.COVERAGE_SHARE * a.minutes
     if not 0 < a.coverage_minutes < a.minutes:
         p.error(f"--coverage_minutes must lie between 0 and --minutes ({a.minutes:g})")
     quality_table.run(DigestTable(a), stages, a.render, minutes=a.minutes,

@@ -61,6 +61,8 @@ STAGES = ("lead", "baseline", "see", "seeds", "precision", "paulus", "see_rl", "
 # without it, kept in older results, is "rush2015 ABS (conv encoder)"
 CONV_NORM_ROW = "rush2015 ABS (conv encoder, layer-normalised)"
 COV = "see2017 pointer-generator + coverage"
+# See et al.'s recipe in one budget: the pointer-generator, then coverage for this share of it
+COVERAGE_SHARE = 0.25
 # The precision stage's two arms: (row suffix, --set overrides), each stated in full so the
 # comparison means the same whatever the presets' defaults are.
 PRECISION_ARMS = (
@@ -205,10 +207,10 @@ class Table:
         m = self.a.minutes
         d = self.w("pgn")
         keep = ["--set", "train.keep_checkpoints=1000"]  # every checkpoint, for the study
-        t1 = self.train_phase(d, "debian_pgn", 0.75 * m, keep)
+        t1 = self.train_phase(d, "debian_pgn", (1 - COVERAGE_SHARE) * m, keep)
         self.evaluate("see2017 pointer-generator", "see", d, train=[t1])
         phase_start = t1["final_step"]
-        t2 = self.train_phase(d, "debian_coverage", 0.25 * m, keep)
+        t2 = self.train_phase(d, "debian_coverage", COVERAGE_SHARE * m, keep)
         self.evaluate(COV, "see", d, train=[t1, t2])
         self.selection_study(d, phase_start, [t1, t2])
         self.extra["curves"] = self.curves(d)
@@ -250,8 +252,8 @@ class Table:
         """See et al.'s two phases in d, 3/4 and 1/4 of minutes, with the KEY=VALUE overrides;
         the phases' results."""
         extra = set_flags(overrides)
-        return [self.train_phase(d, "debian_pgn", 0.75 * minutes, extra),
-                self.train_phase(d, "debian_coverage", 0.25 * minutes, extra)]
+        return [self.train_phase(d, "debian_pgn", (1 - COVERAGE_SHARE) * minutes, extra),
+                self.train_phase(d, "debian_coverage", COVERAGE_SHARE * minutes, extra)]
 
     def stage_seeds(self) -> None:
         m = self.a.seed_minutes
