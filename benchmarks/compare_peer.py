@@ -4,7 +4,8 @@ and this project's on the same corpus in one run, printed as one table of ratios
     python benchmarks/compare_peer.py --peer_dir PEER --peer_work PEER_WORK --data_dir DATA \
         [--corpus descriptions|digests] \
         [--config reference_onmt] [--set SECTION.KEY=VALUE ...] [--work_dir runs/compare_peer] \
-        [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--matmul_peak] \
+        [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--forced_length N] \
+        [--matmul_peak] \
         [--variant NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...] ...] [--skip_peer | --skip_ours]
 
 PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, onmt-ref.yaml and
@@ -49,6 +50,17 @@ training (reset before it where the kernel allows, so the data conversion before
 out), and its decoding, measured in a fresh child process that decodes and reports its own
 VmHWM (in this process the training's memory would count). Both include their framework's
 start-up (TensorFlow, PyTorch).
+
+--forced_length N decodes every article to exactly N tokens in both systems (the end token
+impossible before N, the search stopped at N), so that articles/s compares equal work whatever
+the two models' summary lengths: a model early in training may stop at a few tokens or loop to
+the limit, and a search's cost grows with its steps. The peer then runs `bench.sh PEER_WORK
+train` (its training figures, and the 300-step model that mode saves), and this script runs
+the peer's onmt_translate on that model with bench.sh's decoding flags plus `-min_length N
+-max_length N`, timed as bench.sh times it (its -report_time translation time, start-up and
+model load left out), its peak RSS read as above; this project's decoding model is trained
+--decode_train_steps steps (default 300 in this mode, the peer's model's steps: give it a
+--work_dir of its own, since a kept model trained longer is refused).
 
 --matmul_peak adds the training step's achieved GFLOP/s (train_throughput's analytic count of the
 model's matmuls on real tokens, padding not counted) as a share of this machine's matmul peak
@@ -111,6 +123,14 @@ PEER_LINES = {
 # Which lines each mode of bench.sh prints.
 PEER_MODES = {"train": ("training", "parameters"), "decode": ("decoding",),
               "both": ("training", "parameters", "decoding")}
+
+# The model bench.sh's train mode leaves (steps_yaml 300: save_checkpoint_steps 300, save_model
+# run/model), which --forced_length decodes, and how its translation time is printed.
+PEER_TRAIN_STEPS = 300
+# --forced_length's limit: twice the longest summary either corpus is decoded to (a search's
+# memory and time grow with its steps).
+MAX_FORCED = 200
+PEER_TIME = re.compile(r"Total translation time \(s\): ([0-9.]+)")
 
 # The table's rows: (key in the figures, label).
 ROWS = (
@@ -216,13 +236,58 @@ def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
     batch = peer_batch_size(peer_dir, peer_work)
     if batch and "train_sec_per_step" in figures:
         figures["train_examples_per_sec"] = round(batch / figures["train_sec_per_step"], 1)
+    # only a decoding run's output: a train-mode run leaves an earlier run's file where it was
     tokens = mean_tokens(os.path.join(peer_work, "run", "valid.pred.txt"))
-    if tokens is not None:
+    if tokens is not None and "decoding" in PEER_MODES[mode]:
         figures["decode_mean_tokens"] = tokens
     peaks = watcher.peaks()
     for phase, key in (("training", "train_peak_rss_mib"), ("decoding", "decode_peak_rss_mib")):
         if phase in peaks:
             figures[key] = peaks[phase]
+    return figures
+
+
+def peer_forced_decoding(peer_work: str, length: int, steps: int = PEER_TRAIN_STEPS) -> dict:
+    """The peer's model of `steps` steps (bench.sh's train mode leaves it) decoding every
+    article of PEER_WORK/data/valid.src to exactly `length` tokens, with bench.sh's decoding
+    flags (beam BEAM, batch BATCH, CPU) plus -min_length and -max_length; timed as bench.sh
+    times it (the translation time onmt_translate reports). Returns the decode_* figures and
+    the peak RSS of onmt_translate."""
+    model = os.path.join(peer_work, "run", f"model_step_{steps}.pt")
+    src = os.path.join(peer_work, "data", "valid.src")
+    for path in (model, src):
+        if not os.path.isfile(path):
+            raise UserError(f"{path} does not exist: `bench.sh {peer_work} train` makes it")
+    translate = os.path.join(peer_work, "venv", "bin", "onmt_translate")
+    pred = os.path.join(peer_work, "run", f"valid.forced{length}.pred.txt")
+    cmd = [translate, "-model", model, "-src", src, "-output", pred, "-beam_size", str(BEAM),
+           "-batch_size", str(BATCH), "-min_length", str(length), "-max_length", str(length),
+           "-gpu", "-1", "-report_time"]
+    print(f"== the reference decoding, forced to {length} tokens: {' '.join(cmd)}", flush=True)
+    t0 = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            cwd=peer_work, env=dict(os.environ, OMP_NUM_THREADS=str(
+                                os.cpu_count())))
+    with peak_rss.TreeWatcher(proc.pid, peak_rss.onmt_phase) as watcher:
+        output = proc.stdout.read()
+        proc.wait()
+    wall = time.time() - t0
+    found = PEER_TIME.search(output)
+    if proc.returncode or not found:
+        raise UserError(f"the reference's onmt_translate exited with status {proc.returncode}"
+                        f"{'' if found else ', printing no translation time'}; the last lines "
+                        f"of its output:\n{tail(output)}")
+    with open(src, encoding="utf-8") as f:
+        articles = sum(1 for _ in f)
+    seconds = float(found.group(1))
+    print(f"   {articles} articles in {seconds:.1f} s = {articles / seconds:.2f} articles/s "
+          f"(translation time; {wall:.1f} s wall with start-up)", flush=True)
+    figures = {"decode_articles": articles, "decode_seconds": seconds,
+               "decode_articles_per_sec": round(articles / seconds, 2),
+               "decode_mean_tokens": mean_tokens(pred)}
+    peak = watcher.peaks().get("decoding")
+    if peak is not None:
+        figures["decode_peak_rss_mib"] = peak
     return figures
 
 
@@ -288,18 +353,20 @@ def decode_model(cfg_name: str, overrides: list[str], cfg: config_lib.Config, tr
 
 
 def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: str,
-                 max_tokens: int) -> dict:
+                 max_tokens: int, min_tokens: int | None = None) -> dict:
     """Beam-BEAM decoding of every article of `data` in batches of BATCH, at most max_tokens
-    tokens, by `checkpoint` of model_dir; the decode section otherwise from cfg (the module
-    docstring says what is timed)."""
+    tokens (at least min_tokens: the preset's minimum when None), by `checkpoint` of
+    model_dir; the decode section otherwise from cfg (the module docstring says what is
+    timed)."""
     examples = evaluate.read_split(data, None, None)
     summarizer = Summarizer.from_model_dir(model_dir, checkpoint)
     summarizer.cfg.decode = dataclasses.replace(
         cfg.decode, beam_size=BEAM, batch_size=BATCH, max_dec_steps=max_tokens,
-        min_dec_steps=min(cfg.decode.min_dec_steps, max_tokens))
+        min_dec_steps=min(cfg.decode.min_dec_steps if min_tokens is None else min_tokens,
+                          max_tokens))
     summarizer.cfg.validate()
     print(f"== pgn_tf decoding: {len(examples)} articles, beam {BEAM}, batch {BATCH}, "
-          f"at most {max_tokens} tokens", flush=True)
+          f"{summarizer.cfg.decode.min_dec_steps}-{max_tokens} tokens", flush=True)
     fn = evaluate.decode_fn(summarizer, BEAM, want_pgen=False)
     t0 = time.perf_counter()
     fn(tf.constant([e.article for e in examples[:BATCH]]))["length"].numpy()
@@ -324,7 +391,8 @@ CHILD_RESULT = "compare_peer decoding result: "
 
 def decoding_in_child(job: dict) -> dict:
     """our_decoding in a fresh process (`compare_peer.py --decoding_job JSON`), so that its
-    peak RSS is decoding's alone; job: config, set, model_dir, checkpoint, data, max_tokens."""
+    peak RSS is decoding's alone; job: config, set, model_dir, checkpoint, data, max_tokens,
+    min_tokens (None: the preset's)."""
     print("== pgn_tf decoding, in a child process (its own peak RSS)", flush=True)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--decoding_job",
                            json.dumps(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -341,7 +409,7 @@ def run_decoding_job(text: str) -> dict:
     job = json.loads(text)
     cfg = config_lib.resolve(job["config"], job["set"])
     result = our_decoding(cfg, job["model_dir"], job["checkpoint"], job["data"],
-                          job["max_tokens"])
+                          job["max_tokens"], job.get("min_tokens"))
     print(CHILD_RESULT + json.dumps(result), flush=True)
     return result
 
@@ -362,7 +430,8 @@ def ours(a, cfg: config_lib.Config, variants: list) -> dict:
     decoding = decoding_in_child({
         "config": a.config, "set": a.set, "model_dir": model_dir, "checkpoint": checkpoint,
         "data": os.path.join(a.data_dir, "validation.jsonl.gz"),
-        "max_tokens": CORPORA[a.corpus]["max_tokens"]})
+        "max_tokens": a.forced_length or CORPORA[a.corpus]["max_tokens"],
+        "min_tokens": a.forced_length})
     figures = {
         "train_src_tokens_per_sec": training["src_tokens_per_sec"],
         "train_examples_per_sec": training["examples_per_sec"],
@@ -428,6 +497,8 @@ def variant_table(variants: dict, default: dict, peer: dict) -> str:
 
 def run(a) -> dict:
     a.config = a.config or CORPORA[a.corpus]["config"]
+    if a.decode_train_steps is None:  # the peer's model: bench.sh's decode or train mode's
+        a.decode_train_steps = PEER_TRAIN_STEPS if a.forced_length else 1500
     try:
         cfg = config_lib.resolve(a.config, a.set)
     except ValueError as e:
@@ -453,14 +524,21 @@ def run(a) -> dict:
                            a.decode_train_steps)
     if not a.skip_peer:
         claim_work_dir(os.path.abspath(a.peer_work), a.corpus)
-    peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work), "both",
+    peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work),
+                                           "train" if a.forced_length else "both",
                                            CORPORA[a.corpus]["peer_corpus"])
+    if a.forced_length and not a.skip_peer:
+        peer.update(peer_forced_decoding(os.path.abspath(a.peer_work), a.forced_length))
     mine = {"figures": {}} if a.skip_ours else ours(a, cfg, variants)
     mine["figures"], peer = with_token_rate(mine["figures"]), with_token_rate(peer)
     ratio = ratios(mine["figures"], peer)
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+    max_tokens = a.forced_length or CORPORA[a.corpus]["max_tokens"]
     print(f"\n== pgn_tf (--config {a.config}) vs OpenNMT-py (the reference's bench.sh, "
-          f"PEER_CORPUS={CORPORA[a.corpus]['peer_corpus']})")
+          f"PEER_CORPUS={CORPORA[a.corpus]['peer_corpus']}); decoding "
+          f"{f'forced to {max_tokens}' if a.forced_length else f'at most {max_tokens}'} "
+          f"tokens by models of {a.decode_train_steps} (pgn_tf) and "
+          f"{PEER_TRAIN_STEPS if a.forced_length else 1500} (the reference) training steps")
     print(table(mine["figures"], peer, ratio))
     if "training" in mine and "share_of_matmul_peak" in mine["training"]:
         t = mine["training"]
@@ -476,8 +554,8 @@ def run(a) -> dict:
     print(f"cpu_flags: {cpu_flags()}")
     print(f"date: {date}")
     result = {"corpus": a.corpus, "config": a.config, "overrides": a.set, "date": date,
-              "decode": {"beam": BEAM, "batch": BATCH,
-                         "max_tokens": CORPORA[a.corpus]["max_tokens"],
+              "decode": {"beam": BEAM, "batch": BATCH, "max_tokens": max_tokens,
+                         "forced_length": a.forced_length,
                          "train_steps": a.decode_train_steps},
               "pgn_tf": {k: v for k, v in mine.items() if k != "figures"},
               "peer": peer, "ratios": ratio}
@@ -502,8 +580,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="this project's decoding model (kept and reused) and logs")
     p.add_argument("--steps", type=int, default=150, help="timed training steps")
     p.add_argument("--warmup", type=int, default=20, help="untimed training steps before them")
-    p.add_argument("--decode_train_steps", type=int, default=1500,
-                   help="training steps of the model that decoding is timed on")
+    p.add_argument("--decode_train_steps", type=int,
+                   help="training steps of the model that decoding is timed on (default 1500, "
+                        f"or {PEER_TRAIN_STEPS} with --forced_length, as the peer's model)")
+    p.add_argument("--forced_length", type=int, metavar="N",
+                   help="both systems decode every article to exactly N tokens (equal work "
+                        "whatever the models' summary lengths)")
     p.add_argument("--matmul_peak", action="store_true",
                    help="the training step's GFLOP/s as a share of this machine's matmul peak")
     p.add_argument("--variant", action="append", default=[],
@@ -526,8 +608,11 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--peer_dir and --peer_work are required unless --skip_peer")
     if not a.skip_ours and not a.data_dir:
         p.error("--data_dir is required unless --skip_ours")
-    if a.steps < 1 or a.warmup < 0 or a.decode_train_steps < 1:
+    if a.steps < 1 or a.warmup < 0 or (a.decode_train_steps is not None
+                                       and a.decode_train_steps < 1):
         p.error("--steps and --decode_train_steps must be positive, --warmup not negative")
+    if a.forced_length is not None and not 1 <= a.forced_length <= MAX_FORCED:
+        p.error(f"--forced_length must lie between 1 and {MAX_FORCED}")
     return run_cli("compare_peer", run, a)
 
 

@@ -209,3 +209,121 @@ def test_a_failing_decoding_child_says_why(tmp_path):
            "checkpoint": "x", "data": str(tmp_path / "none.jsonl"), "max_tokens": 30}
     with pytest.raises(UserError, match="(?s)decoding child failed.*does not exist"):
         compare_peer.decoding_in_child(job)
+
+
+# -- decoding forced to one length ---------------------------------------------------------------
+
+# A stand-in onmt_translate (run as `python .../onmt_translate ...`, as its console script runs,
+# so the watcher counts it as decoding): writes one line of -max_length tokens an article, says
+# which lengths it was given, and prints onmt's translation-time line.
+FAKE_TRANSLATE = """\
+import sys
+a = sys.argv[1:]
+arg = lambda k: a[a.index(k) + 1]
+n = int(arg("-max_length"))
+lines = open(arg("-src")).read().splitlines()
+open(arg("-output"), "w").writelines(" ".join(["w"] * n) + "\\n" for _ in lines)
+print("min", arg("-min_length"), "max", n, "beam", arg("-beam_size"), "model", arg("-model"))
+print("Total translation time (s): 4.0")
+"""
+
+
+def fake_peer_work(tmp_path, translate=FAKE_TRANSLATE, articles=6):
+    import stat
+    import sys
+
+    work = tmp_path / "peer_work"
+    (work / "venv" / "bin").mkdir(parents=True)
+    (work / "run").mkdir()
+    (work / "data").mkdir()
+    (work / "data" / "valid.src").write_text("an article\n" * articles)
+    (work / "run" / "model_step_300.pt").write_bytes(b"")
+    script = work / "venv" / "bin" / "onmt_translate"
+    script.write_text(f"#!{sys.executable}\n" + translate)
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return work
+
+
+def test_the_peer_decodes_its_train_mode_model_to_exactly_the_forced_length(tmp_path, capsys):
+    work = fake_peer_work(tmp_path)
+    figures = compare_peer.peer_forced_decoding(str(work), 40)
+    assert figures["decode_articles"] == 6 and figures["decode_seconds"] == 4.0
+    assert figures["decode_articles_per_sec"] == 1.5
+    assert figures["decode_mean_tokens"] == 40  # read back from its output file
+    assert (work / "run" / "valid.forced40.pred.txt").exists()
+    echoed = capsys.readouterr().out
+    assert "-min_length 40 -max_length 40" in echoed and "model_step_300.pt" in echoed
+
+
+def test_a_forced_decoding_that_fails_or_prints_no_time_says_why(tmp_path):
+    work = fake_peer_work(tmp_path, translate="print('IndexError: out of range')\n")
+    with pytest.raises(UserError, match="(?s)printing no translation time.*IndexError"):
+        compare_peer.peer_forced_decoding(str(work), 40)
+    (work / "run" / "model_step_300.pt").unlink()
+    with pytest.raises(UserError, match="model_step_300.pt does not exist.*train"):
+        compare_peer.peer_forced_decoding(str(work), 40)
+
+
+def test_a_train_mode_run_reads_no_earlier_runs_summaries(tmp_path):
+    bench = tmp_path / "bench.sh"
+    bench.write_text("cat <<'OUT'\n" + OUTPUT + "OUT\n")
+    (tmp_path / "work" / "run").mkdir(parents=True)
+    (tmp_path / "work" / "run" / "valid.pred.txt").write_text("a b c\n")  # a decode run's
+    figures = compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), "train")
+    assert "decode_mean_tokens" not in figures and "decode_articles_per_sec" not in figures
+    figures = compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), "both")
+    assert figures["decode_mean_tokens"] == 3
+
+
+def test_forced_length_runs_the_peers_train_mode_and_both_at_that_length(tmp_path,
+                                                                           monkeypatch):
+    for name in ("train.jsonl.gz", "validation.jsonl.gz"):
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "bench.sh").write_text("")
+    seen = {}
+
+    def ours(a, cfg, variants):
+        seen.update(forced=a.forced_length, steps=a.decode_train_steps)
+        return {"figures": {"decode_articles_per_sec": 12.0, "decode_mean_tokens": 100.0}}
+
+    def run_peer(peer_dir, peer_work, mode, corpus):
+        seen.update(mode=mode, corpus=corpus)
+        return {"train_src_tokens_per_sec": 2000.0}
+
+    def forced(peer_work, length):
+        seen["peer_length"] = length
+        return {"decode_articles_per_sec": 2.0, "decode_mean_tokens": 100.0}
+
+    monkeypatch.setattr(compare_peer, "ours", ours)
+    monkeypatch.setattr(compare_peer, "run_peer", run_peer)
+    monkeypatch.setattr(compare_peer, "peer_forced_decoding", forced)
+    result = compare_peer.run(compare_peer.build_parser().parse_args(
+        ["--corpus", "digests", "--data_dir", str(tmp_path), "--peer_dir", str(tmp_path),
+         "--peer_work", str(tmp_path / "pw"), "--work_dir", str(tmp_path / "w"),
+         "--forced_length", "100"]))
+    assert seen == {"forced": 100, "steps": 300, "mode": "train", "corpus": "digests",
+                    "peer_length": 100}
+    assert result["decode"]["forced_length"] == 100 == result["decode"]["max_tokens"]
+    assert result["ratios"]["decode_articles_per_sec"] == 6.0
+    assert result["ratios"]["decode_tokens_per_sec"] == 6.0  # the same length: the same ratio
+
+
+@pytest.mark.parametrize("value", ["0", "201"])
+def test_a_forced_length_outside_its_bounds_is_refused(value, capsys):
+    with pytest.raises(SystemExit):
+        compare_peer.main(["--skip_peer", "--data_dir", "x", "--forced_length", value])
+    assert "--forced_length must lie between 1 and 200" in capsys.readouterr().err
+
+
+def test_our_search_forced_to_a_length_writes_exactly_that_many_tokens(trained_model_dir,
+                                                                      corpus):
+    from pgn_tf.model_dir import ModelDir
+
+    cfg = ModelDir(trained_model_dir).read_config()
+    checkpoint = ModelDir(trained_model_dir).latest_checkpoint()
+    forced = compare_peer.our_decoding(cfg, trained_model_dir, checkpoint, corpus["validation"],
+                                       9, 9)
+    assert forced["mean_tokens"] == 9 and forced["min_dec_steps"] == 9
+    free = compare_peer.our_decoding(cfg, trained_model_dir, checkpoint, corpus["validation"],
+                                     9)  # the tiny model stops before 9 tokens on its own
+    assert free["mean_tokens"] < 9 and free["min_dec_steps"] == min(cfg.decode.min_dec_steps, 9)
