@@ -4,7 +4,7 @@ validation by the same script, the peer (OpenNMT-py) given the same hour.
 
     python benchmarks/quality_table.py --corpus digests --data_dir DIGESTS --work_dir WORK \
         [--stages lead,baseline,see,paulus,see_rl,peer] [--minutes 60] [--coverage_minutes M] \
-        [--baseline_minutes 45] [--paulus_minutes 60] [--rl_minutes 20] [--score 600] \
+        [--baseline_minutes 40] [--paulus_minutes 60] [--rl_minutes 20] [--score 600] \
         [--peer_dir PEER --peer_work PEER_WORK] [--peer_minutes 60] [--skip_peer] \
         [--figure docs/digests_repetition.svg] [--set KEY=VALUE ...]
     python benchmarks/quality_table.py --corpus digests --work_dir WORK --render
@@ -20,7 +20,7 @@ checkpoints are chosen on the ones after them. Each stage adds its rows to
   baseline  See et al.'s baseline (digest_baseline) for --baseline_minutes.
   see       See et al.'s recipe in --minutes: the pointer-generator (digest_pgn) for --minutes
             minus --coverage_minutes, then coverage (digest_coverage) for --coverage_minutes in
-            the same model dir (default a quarter of --minutes, the headlines' split).
+            the same model dir (default: the digest presets' split, 40 + 20 of 60).
   paulus    Paulus et al. (digest_paulus): ML for --paulus_minutes minus --rl_minutes, then from
             that model two arms of --rl_minutes each, ML continued and mixed ML+RL (eq. 16).
   see_rl    the same two arms from the `see` stage's coverage model (See et al. + coverage +
@@ -417,6 +417,17 @@ class DigestTable(quality_table.Table):
                                             for c in claims]})
 
 
+def preset_coverage_share() -> float:
+    """The share of See et al.'s budget the digest presets give the coverage phase:
+    digest_coverage's minutes over digest_pgn's and digest_coverage's (docs/digests.md says
+    which run set them)."""
+    from pgn_tf import config as config_lib
+
+    pgn = config_lib.resolve("digest_pgn").train.max_minutes
+    cov = config_lib.resolve("digest_coverage").train.max_minutes
+    return cov / (pgn + cov)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="quality_table.py --corpus digests",
                                 description=__doc__.splitlines()[0])
@@ -426,9 +437,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--minutes", type=float, default=60.0, help="See et al.'s recipe's budget")
     p.add_argument("--coverage_minutes", type=float,
                    help="the coverage phase's part of --minutes, the rest the pointer-"
-                        "generator's (default a quarter, the headlines' split)")
-    p.add_argument("--baseline_minutes", type=float, default=45.0,
-                   help="See et al.'s baseline's budget (the pointer-generator phase's)")
+                        "generator's (default: the digest presets' split, digest_coverage's "
+                        "budget over digest_pgn's and its)")
+    p.add_argument("--baseline_minutes", type=float,
+                   help="See et al.'s baseline's budget (default digest_baseline's: the "
+                        "pointer-generator phase's)")
     p.add_argument("--paulus_minutes", type=float, default=60.0,
                    help="Paulus et al.'s budget, ML phase and one RL arm together")
     p.add_argument("--rl_minutes", type=float, default=20.0, help="each RL-stage arm's budget")
@@ -462,7 +475,11 @@ def main(argv: list[str] | None = None) -> None:
     if "peer" in stages and not a.render and not (a.peer_dir and a.peer_work):
         p.error("the peer stage needs --peer_dir and --peer_work (or --skip_peer)")
     if a.coverage_minutes is None:
-        a.coverage_minutes = quality_table.COVERAGE_SHARE * a.minutes
+        a.coverage_minutes = preset_coverage_share() * a.minutes
+    if a.baseline_minutes is None:
+        from pgn_tf import config as config_lib
+
+        a.baseline_minutes = float(config_lib.resolve("digest_baseline").train.max_minutes)
     if not 0 < a.coverage_minutes < a.minutes:
         p.error(f"--coverage_minutes must lie between 0 and --minutes ({a.minutes:g})")
     quality_table.run(DigestTable(a), stages, a.render, minutes=a.minutes,

@@ -201,3 +201,20 @@ def test_groups_on_their_own_scales_each_reach_the_top():
                                                   "t", "y", height=420, shared_axis=False))
     assert heights["s: 20"] == pytest.approx(300.0) and heights["s: 1"] == pytest.approx(300.0)
     assert heights["t: 10"] == pytest.approx(150.0) and heights["t: 0.5"] == pytest.approx(150.0)
+
+
+def test_the_default_coverage_split_is_the_digest_presets(tmp_path, monkeypatch):
+    from pgn_tf import config
+
+    seen = {}
+    monkeypatch.setattr(dt.quality_table, "run",
+                        lambda table, stages, render, **settings: seen.update(settings))
+    dt.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path / "w"), "--stages", "see"])
+    pgn = config.resolve("digest_pgn").train.max_minutes
+    cov = config.resolve("digest_coverage").train.max_minutes
+    assert (pgn, cov) == (40, 20)  # set by the 2026-11-26 run (docs/digests.md)
+    assert seen["coverage_minutes"] == pytest.approx(20.0) and seen["minutes"] == 60.0
+    assert seen["baseline_minutes"] == pgn  # the baseline gets the pointer-generator's time
+    dt.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path / "w"), "--stages", "see",
+             "--minutes", "30"])
+    assert seen["coverage_minutes"] == pytest.approx(10.0)
