@@ -119,7 +119,8 @@ def test_the_digest_mode_runs_both_systems_at_see_et_als_lengths(tmp_path, monke
     d = seen["data"]
     assert seen["config"] == "reference_onmt_digests" == result["config"]
     assert (d.max_enc_steps, d.max_dec_steps, d.vocab_size) == (400, 100, 50_000)
-    assert result["decode"] == {"beam": 4, "batch": 64, "max_tokens": 100, "train_steps": 1500}
+    assert result["decode"] == {"beam": 4, "batch": 64, "max_tokens": 100, "forced_length": None,
+                                "train_steps": 1500}
     assert result["corpus"] == "digests"
     default = compare_peer.build_parser().parse_args(["--skip_peer", "--data_dir", "x"])
     assert (default.corpus, default.config) == ("descriptions", None)
