@@ -127,6 +127,8 @@ PEER_MODES = {"train": ("training", "parameters"), "decode": ("decoding",),
 # The model bench.sh's train mode leaves (steps_yaml 300: save_checkpoint_steps 300, save_model
 # run/model), which --forced_length decodes, and how its translation time is printed.
 PEER_TRAIN_STEPS = 300
+# The model bench.sh's decode mode trains and decodes.
+PEER_DECODE_STEPS = 1500
 # --forced_length's limit: twice the longest summary either corpus is decoded to (a search's
 # memory and time grow with its steps).
 MAX_FORCED = 200
@@ -213,24 +215,31 @@ def mean_tokens(path: str) -> float | None:
     return round(sum(counts) / len(counts), 2) if counts else None
 
 
-def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
-             corpus: str = "descriptions") -> dict:
-    """Runs `PEER_CORPUS=corpus bench.sh PEER_WORK mode`, echoing its output, and returns its
-    parsed figures with the peak RSS of its training and decoding processes."""
-    bench = os.path.join(peer_dir, "bench.sh")
-    print(f"== the reference: PEER_CORPUS={corpus} bash {bench} {peer_work} {mode}", flush=True)
-    proc = subprocess.Popen(["bash", bench, peer_work, mode], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            env=dict(os.environ, PEER_CORPUS=corpus))
+def run_watched(cmd: list[str], **popen) -> tuple[str, int, dict]:
+    """Runs one of the peer's commands, echoing its output as it comes, with its process tree's
+    peak RSS watched: (output, exit status, {phase: peak MiB} as peak_rss.onmt_phase names
+    its processes)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
     lines = []
     with peak_rss.TreeWatcher(proc.pid, peak_rss.onmt_phase) as watcher:
         for line in proc.stdout:
             print("  peer | " + line, end="", flush=True)
             lines.append(line)
         proc.wait()
-    output = "".join(lines)
-    if proc.returncode:
-        raise UserError(f"{bench} exited with status {proc.returncode}; the last lines of its "
+    return "".join(lines), proc.returncode, watcher.peaks()
+
+
+def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
+             corpus: str = "descriptions") -> dict:
+    """Runs `PEER_CORPUS=corpus bench.sh PEER_WORK mode`, echoing its output, and returns its
+    parsed figures with the peak RSS of its training and decoding processes."""
+    bench = os.path.join(peer_dir, "bench.sh")
+    print(f"== the reference: PEER_CORPUS={corpus} bash {bench} {peer_work} {mode}", flush=True)
+    output, returncode, peaks = run_watched(["bash", bench, peer_work, mode],
+                                            env=dict(os.environ, PEER_CORPUS=corpus))
+    if returncode:
+        raise UserError(f"{bench} exited with status {returncode}; the last lines of its "
                         f"output:\n{tail(output)}")
     figures = parse_peer(output, mode)
     batch = peer_batch_size(peer_dir, peer_work)
@@ -240,7 +249,6 @@ def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
     tokens = mean_tokens(os.path.join(peer_work, "run", "valid.pred.txt"))
     if tokens is not None and "decoding" in PEER_MODES[mode]:
         figures["decode_mean_tokens"] = tokens
-    peaks = watcher.peaks()
     for phase, key in (("training", "train_peak_rss_mib"), ("decoding", "decode_peak_rss_mib")):
         if phase in peaks:
             figures[key] = peaks[phase]
@@ -265,16 +273,12 @@ def peer_forced_decoding(peer_work: str, length: int, steps: int = PEER_TRAIN_ST
            "-gpu", "-1", "-report_time"]
     print(f"== the reference decoding, forced to {length} tokens: {' '.join(cmd)}", flush=True)
     t0 = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            cwd=peer_work, env=dict(os.environ, OMP_NUM_THREADS=str(
-                                os.cpu_count())))
-    with peak_rss.TreeWatcher(proc.pid, peak_rss.onmt_phase) as watcher:
-        output = proc.stdout.read()
-        proc.wait()
+    output, returncode, peaks = run_watched(
+        cmd, cwd=peer_work, env=dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count())))
     wall = time.time() - t0
     found = PEER_TIME.search(output)
-    if proc.returncode or not found:
-        raise UserError(f"the reference's onmt_translate exited with status {proc.returncode}"
+    if returncode or not found:
+        raise UserError(f"the reference's onmt_translate exited with status {returncode}"
                         f"{'' if found else ', printing no translation time'}; the last lines "
                         f"of its output:\n{tail(output)}")
     with open(src, encoding="utf-8") as f:
@@ -285,9 +289,8 @@ def peer_forced_decoding(peer_work: str, length: int, steps: int = PEER_TRAIN_ST
     figures = {"decode_articles": articles, "decode_seconds": seconds,
                "decode_articles_per_sec": round(articles / seconds, 2),
                "decode_mean_tokens": mean_tokens(pred)}
-    peak = watcher.peaks().get("decoding")
-    if peak is not None:
-        figures["decode_peak_rss_mib"] = peak
+    if "decoding" in peaks:
+        figures["decode_peak_rss_mib"] = peaks["decoding"]
     return figures
 
 
@@ -430,7 +433,7 @@ def ours(a, cfg: config_lib.Config, variants: list) -> dict:
     decoding = decoding_in_child({
         "config": a.config, "set": a.set, "model_dir": model_dir, "checkpoint": checkpoint,
         "data": os.path.join(a.data_dir, "validation.jsonl.gz"),
-        "max_tokens": a.forced_length or CORPORA[a.corpus]["max_tokens"],
+        "max_tokens": a.max_tokens,
         "min_tokens": a.forced_length})
     figures = {
         "train_src_tokens_per_sec": training["src_tokens_per_sec"],
@@ -497,8 +500,11 @@ def variant_table(variants: dict, default: dict, peer: dict) -> str:
 
 def run(a) -> dict:
     a.config = a.config or CORPORA[a.corpus]["config"]
-    if a.decode_train_steps is None:  # the peer's model: bench.sh's decode or train mode's
-        a.decode_train_steps = PEER_TRAIN_STEPS if a.forced_length else 1500
+    # the peer decodes the model of bench.sh's decode mode, or of its train mode when forced
+    peer_steps = PEER_TRAIN_STEPS if a.forced_length else PEER_DECODE_STEPS
+    if a.decode_train_steps is None:
+        a.decode_train_steps = peer_steps
+    a.max_tokens = a.forced_length or CORPORA[a.corpus]["max_tokens"]
     try:
         cfg = config_lib.resolve(a.config, a.set)
     except ValueError as e:
@@ -533,12 +539,10 @@ def run(a) -> dict:
     mine["figures"], peer = with_token_rate(mine["figures"]), with_token_rate(peer)
     ratio = ratios(mine["figures"], peer)
     date = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    max_tokens = a.forced_length or CORPORA[a.corpus]["max_tokens"]
     print(f"\n== pgn_tf (--config {a.config}) vs OpenNMT-py (the reference's bench.sh, "
           f"PEER_CORPUS={CORPORA[a.corpus]['peer_corpus']}); decoding "
-          f"{f'forced to {max_tokens}' if a.forced_length else f'at most {max_tokens}'} "
-          f"tokens by models of {a.decode_train_steps} (pgn_tf) and "
-          f"{PEER_TRAIN_STEPS if a.forced_length else 1500} (the reference) training steps")
+          f"{'forced to' if a.forced_length else 'at most'} {a.max_tokens} tokens by models of "
+          f"{a.decode_train_steps} (pgn_tf) and {peer_steps} (the reference) training steps")
     print(table(mine["figures"], peer, ratio))
     if "training" in mine and "share_of_matmul_peak" in mine["training"]:
         t = mine["training"]
@@ -554,7 +558,7 @@ def run(a) -> dict:
     print(f"cpu_flags: {cpu_flags()}")
     print(f"date: {date}")
     result = {"corpus": a.corpus, "config": a.config, "overrides": a.set, "date": date,
-              "decode": {"beam": BEAM, "batch": BATCH, "max_tokens": max_tokens,
+              "decode": {"beam": BEAM, "batch": BATCH, "max_tokens": a.max_tokens,
                          "forced_length": a.forced_length,
                          "train_steps": a.decode_train_steps},
               "pgn_tf": {k: v for k, v in mine.items() if k != "figures"},
@@ -581,8 +585,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=150, help="timed training steps")
     p.add_argument("--warmup", type=int, default=20, help="untimed training steps before them")
     p.add_argument("--decode_train_steps", type=int,
-                   help="training steps of the model that decoding is timed on (default 1500, "
-                        f"or {PEER_TRAIN_STEPS} with --forced_length, as the peer's model)")
+                   help="training steps of the model that decoding is timed on (default "
+                        f"{PEER_DECODE_STEPS}, or {PEER_TRAIN_STEPS} with --forced_length, as "
+                        "the peer's model)")
     p.add_argument("--forced_length", type=int, metavar="N",
                    help="both systems decode every article to exactly N tokens (equal work "
                         "whatever the models' summary lengths)")

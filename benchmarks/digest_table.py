@@ -417,14 +417,18 @@ class DigestTable(quality_table.Table):
                                             for c in claims]})
 
 
-def preset_coverage_share() -> float:
-    """The share of See et al.'s budget the digest presets give the coverage phase:
-    digest_coverage's minutes over digest_pgn's and digest_coverage's (docs/digests.md says
-    which run set them)."""
+def preset_minutes(name: str) -> float:
+    """A preset's training budget in minutes (the digest presets' are set by the runs
+    docs/digests.md names)."""
     from pgn_tf import config as config_lib
 
-    pgn = config_lib.resolve("digest_pgn").train.max_minutes
-    cov = config_lib.resolve("digest_coverage").train.max_minutes
+    return float(config_lib.resolve(name).train.max_minutes)
+
+
+def preset_coverage_share() -> float:
+    """The share of See et al.'s budget the digest presets give the coverage phase:
+    digest_coverage's minutes over digest_pgn's and digest_coverage's."""
+    pgn, cov = preset_minutes("digest_pgn"), preset_minutes("digest_coverage")
     return cov / (pgn + cov)
 
 
@@ -477,9 +481,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.coverage_minutes is None:
         a.coverage_minutes = preset_coverage_share() * a.minutes
     if a.baseline_minutes is None:
-        from pgn_tf import config as config_lib
-
-        a.baseline_minutes = float(config_lib.resolve("digest_baseline").train.max_minutes)
+        a.baseline_minutes = preset_minutes("digest_baseline")
     if not 0 < a.coverage_minutes < a.minutes:
         p.error(f"--coverage_minutes must lie between 0 and --minutes ({a.minutes:g})")
     quality_table.run(DigestTable(a), stages, a.render, minutes=a.minutes,
