@@ -157,6 +157,11 @@ class TrainConfig:
     pointer_supervision: bool = False  # Paulus et al.: u_t = 1 supervised for copied OOVs
     rl_gamma: Probability = 0.9984  # gamma of eq. 16
     rl_learning_rate: PositiveFloat = 1e-4  # the learning rate of the mixed / rl phases
+    # Sampled sequences an article in eq. 15. 1: Paulus et al. (one sample, the greedy output as
+    # its baseline). k > 1: k samples, each against the mean reward of the other k - 1
+    # (objectives.leave_one_out_baseline; not in the paper), at about k times the sampling's
+    # cost; a variance reduction for long summaries (docs/digests.md).
+    rl_samples: PositiveInt = 1
     # The self-critical reward scores samples and baseline as decoding outputs them: with
     # decode.replace_unk in force, an [UNK] counts as the most-attended source word. Off: an
     # [UNK] matches nothing, so the reward pays for copying what replace_unk copies anyway

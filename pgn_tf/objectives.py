@@ -16,6 +16,9 @@ architecture only; nothing in pgn_tf.models imports this module.
                           summary words found in the article, u_t = 0 otherwise (the named-
                           entity part needs a tagger and is left out)
     self_critical_term    Paulus et al. eq. 15: (r(y^) - r(y^s)) * sum_t log p(y^s_t)
+    leave_one_out_baseline
+                          with k samples an article, each sample's baseline is the mean reward
+                          of the other k - 1 (Kool et al. 2019), in place of the greedy y^
     mixed                 Paulus et al. eq. 16: gamma * L_rl + (1 - gamma) * L_ml
 
 `build(cfg)` picks the objective from `train.objective` (ml | mixed | rl) and the model config.
@@ -27,6 +30,7 @@ import tensorflow as tf
 
 from pgn_tf import rewards, vocab
 from pgn_tf.decoding import greedy, sampling
+from pgn_tf.decoding.beam_search import tile_beams
 from pgn_tf.layers import pointer
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
 
@@ -91,13 +95,25 @@ def switch_supervised_log_probs(outputs: dict, batch: dict, vocab_size: int,
 
 
 def self_critical_term(sample_log_prob: tf.Tensor, reward_sample: tf.Tensor,
-                       reward_greedy: tf.Tensor) -> tf.Tensor:
-    """Paulus et al. eq. 15 per example: (r(y^) - r(y^s)) * sum_t log p(y^s_t | ...).
+                       reward_baseline: tf.Tensor) -> tf.Tensor:
+    """Paulus et al. eq. 15 per sample: (r(y^) - r(y^s)) * sum_t log p(y^s_t | ...).
 
-    sample_log_prob float [B] (summed over the sampled sequence, [STOP] included); rewards
-    float [B], y^ the greedy baseline. The advantage carries no gradient."""
-    advantage = tf.stop_gradient(reward_greedy - reward_sample)
+    sample_log_prob float [N] (summed over the sampled sequence, [STOP] included); rewards
+    float [N]: the sample's, and its baseline's (Paulus et al.: the greedy y^;
+    `leave_one_out_baseline` with several samples an article). The advantage carries no
+    gradient."""
+    advantage = tf.stop_gradient(reward_baseline - reward_sample)
     return advantage * sample_log_prob
+
+
+def leave_one_out_baseline(rewards_k: tf.Tensor) -> tf.Tensor:
+    """float [B, k] rewards of k >= 2 samples an article -> [B, k]: for each sample, the mean
+    reward of the article's other k - 1 samples. A baseline that does not depend on the sample
+    it scores keeps eq. 15's estimator unbiased; unlike the greedy output, it sits at the
+    samples' own mean, so about half of an article's samples are pushed up and half down
+    (Kool, van Hoof & Welling 2019, "Buy 4 REINFORCE samples, get a baseline for free")."""
+    k = tf.cast(tf.shape(rewards_k)[1], rewards_k.dtype)
+    return (tf.reduce_sum(rewards_k, axis=1, keepdims=True) - rewards_k) / (k - 1.0)
 
 
 def p_gen_mean(outputs: dict, lengths: tf.Tensor) -> tf.Tensor:
@@ -184,20 +200,28 @@ class SelfCritical:
 
     The sampled sequence and the greedy baseline run from the same encoding for up to
     max_steps tokens with [STOP] barred before min_steps, exactly as decoding does at
-    inference (no knowledge of the reference's length). Terms add: rl, reward_sample,
-    reward_greedy (ROUGE-L F1 [B]), sample_capped (1 where the sample hit max_steps),
-    advantage_abs and advantage_zero (1 where sample and baseline score alike: no gradient),
-    and two diagnostics of the policy the samples come from: sample_entropy (mean entropy, in
-    nats, of each sampled step's distribution) and sample_p_gen (mean p_gen along the sample)."""
+    inference (no knowledge of the reference's length). samples = k > 1 draws k sequences an
+    article from k copies of its encoding and scores each against the mean reward of the other
+    k - 1 (`leave_one_out_baseline`) instead of the greedy output, a variance reduction the
+    paper does not use; eq. 15's term is then the mean over the k. The greedy output is still
+    decoded, for the reward_greedy diagnostic. Terms add: rl, reward_sample (the mean over an
+    article's samples), reward_greedy (ROUGE-L F1 [B]), sample_capped (share of the samples
+    that hit max_steps), advantage_abs and advantage_zero (share of samples that score as
+    their baseline: no gradient), and two diagnostics of the policy the samples come from:
+    sample_entropy (mean entropy, in nats, of each sampled step's distribution) and
+    sample_p_gen (mean p_gen along the sample)."""
 
     def __init__(self, ml: MaximumLikelihood, gamma: float, max_steps: int, min_steps: int = 0,
-                 seed: int | None = None, replace_unk: bool = False):
+                 seed: int | None = None, replace_unk: bool = False, samples: int = 1):
+        if samples < 1:
+            raise ValueError(f"samples must be at least 1, got {samples}")
         self.ml = ml
         self.gamma = gamma
         self.max_steps = max_steps
         self.min_steps = min_steps
         self.seed = seed
         self.replace_unk = replace_unk  # rouge_l_reward's
+        self.samples = samples
         self.name = "rl" if gamma >= 1.0 else "mixed"
 
     def term_names(self, model) -> list[str]:
@@ -205,31 +229,64 @@ class SelfCritical:
                                             "sample_capped", "advantage_abs", "advantage_zero",
                                             "sample_entropy", "sample_p_gen"]
 
-    def _searches(self, model, batch):
-        enc, state = model.encode(batch["enc_ids"], batch["enc_len"], batch.get("enc_ext_ids"),
-                                  batch.get("num_oovs"), max_dec_steps=self.max_steps)
-        step_fn = lambda ids, t, st: model.decode_step(ids, t, st, enc)  # noqa: E731
-        b = tf.shape(batch["enc_ids"])[0]
-        return step_fn, state, b
+    def _encode(self, model, batch):
+        return model.encode(batch["enc_ids"], batch["enc_len"], batch.get("enc_ext_ids"),
+                            batch.get("num_oovs"), max_dec_steps=self.max_steps)
+
+    @staticmethod
+    def _step_fn(model, enc):
+        return lambda ids, t, st: model.decode_step(ids, t, st, enc)
+
+    def greedy_search(self, model, batch: dict, enc=None, state=None) -> dict:
+        """The greedy baseline y^ (greedy.search's result, B rows)."""
+        if enc is None:
+            enc, state = self._encode(model, batch)
+        return greedy.search(self._step_fn(model, enc), state, tf.shape(batch["enc_ids"])[0],
+                             self.max_steps, START_ID, STOP_ID, self.min_steps,
+                             return_src_pos=self.replace_unk)
+
+    def sample(self, model, batch: dict, enc=None, state=None) -> tuple[dict, dict]:
+        """self.samples = k sequences an article: (sampling.search's result over B * k rows, row
+        i * k + j the j-th of article i, with stats; the batch's fields the reward reads,
+        repeated to match)."""
+        if enc is None:
+            enc, state = self._encode(model, batch)
+        k, on = self.samples, batch
+        if k > 1:
+            enc, state = tile_beams(enc, k), tile_beams(state, k)
+            on = {key: tf.repeat(batch[key], k, axis=0) for key in
+                  ("target", "dec_len", "enc_ids", "enc_ext_ids", "enc_len") if key in batch}
+        sampled = sampling.search(self._step_fn(model, enc), state,
+                                  tf.shape(batch["enc_ids"])[0] * k, self.max_steps, START_ID,
+                                  STOP_ID, min_steps=self.min_steps, seed=self.seed,
+                                  return_stats=True, return_src_pos=self.replace_unk)
+        return sampled, on
 
     def rl_terms(self, model, batch: dict) -> dict:
-        step_fn, state, b = self._searches(model, batch)
-        sampled = sampling.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
-                                  min_steps=self.min_steps, seed=self.seed, return_stats=True,
-                                  return_src_pos=self.replace_unk)
-        best = greedy.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
-                             self.min_steps, return_src_pos=self.replace_unk)
-        r_sample = rouge_l_reward(sampled, batch, self.replace_unk)
+        enc, state = self._encode(model, batch)
+        best = self.greedy_search(model, batch, enc, state)
         r_greedy = rouge_l_reward(best, batch, self.replace_unk)
+        sampled, on = self.sample(model, batch, enc, state)
+        r_sample = rouge_l_reward(sampled, on, self.replace_unk)
         log_p = tf.reduce_sum(sampled["step_log_probs"], axis=1)  # [STOP] included
-        capped = tf.cast(sampled["length"] >= self.max_steps, tf.float32)
-        advantage = r_greedy - r_sample
-        return {"rl": self_critical_term(log_p, r_sample, r_greedy), "reward_sample": r_sample,
-                "reward_greedy": r_greedy, "sample_capped": capped,
-                # the gradient signal: |advantage|, and the examples that give none
-                "advantage_abs": tf.abs(advantage),
-                "advantage_zero": tf.cast(tf.equal(advantage, 0.0), tf.float32),
-                "sample_entropy": sampled["entropy"], "sample_p_gen": sampled["p_gen"]}
+        b, k = tf.shape(batch["enc_ids"])[0], self.samples
+        if k > 1:
+            r_base = tf.reshape(leave_one_out_baseline(tf.reshape(r_sample, [b, k])), [-1])
+        else:
+            r_base = r_greedy
+        advantage = r_base - r_sample
+
+        def per_article(x):  # [B * k] -> [B], the mean over an article's samples
+            return tf.reduce_mean(tf.reshape(tf.cast(x, tf.float32), [b, k]), axis=1)
+
+        return {"rl": per_article(self_critical_term(log_p, r_sample, r_base)),
+                "reward_sample": per_article(r_sample), "reward_greedy": r_greedy,
+                "sample_capped": per_article(sampled["length"] >= self.max_steps),
+                # the gradient signal: |advantage|, and the samples that give none
+                "advantage_abs": per_article(tf.abs(advantage)),
+                "advantage_zero": per_article(tf.equal(advantage, 0.0)),
+                "sample_entropy": per_article(sampled["entropy"]),
+                "sample_p_gen": per_article(sampled["p_gen"])}
 
     def __call__(self, model, batch: dict, training: bool = True) -> dict:
         terms = self.ml(model, batch, training) if self.gamma < 1.0 else {
@@ -241,10 +298,7 @@ class SelfCritical:
 
     def greedy_reward(self, model, batch: dict) -> tf.Tensor:
         """Validation reward: ROUGE-L F1 of greedy decoding, float32 [B] (no gradient)."""
-        step_fn, state, b = self._searches(model, batch)
-        best = greedy.search(step_fn, state, b, self.max_steps, START_ID, STOP_ID,
-                             self.min_steps, return_src_pos=self.replace_unk)
-        return rouge_l_reward(best, batch, self.replace_unk)
+        return rouge_l_reward(self.greedy_search(model, batch), batch, self.replace_unk)
 
 
 OBJECTIVES = ("ml", "mixed", "rl")
@@ -252,9 +306,9 @@ OBJECTIVES = ("ml", "mixed", "rl")
 
 def build(cfg) -> MaximumLikelihood | SelfCritical:
     """The objective a Config asks for (train.objective, train.nll_reduction, model.cov_loss_wt,
-    train.pointer_supervision, train.rl_gamma; RL searches run to decode.max_dec_steps, and their
-    reward replaces [UNK] as decoding does when train.reward_replace_unk and decode.replace_unk
-    both hold)."""
+    train.pointer_supervision, train.rl_gamma, train.rl_samples; RL searches run to
+    decode.max_dec_steps, and their reward replaces [UNK] as decoding does when
+    train.reward_replace_unk and decode.replace_unk both hold)."""
     t = cfg.train
     ml = MaximumLikelihood(t.nll_reduction, cfg.model.cov_loss_wt, t.pointer_supervision)
     if t.objective == "ml":
@@ -263,4 +317,5 @@ def build(cfg) -> MaximumLikelihood | SelfCritical:
         raise ValueError(f"unknown train.objective '{t.objective}' ({', '.join(OBJECTIVES)})")
     gamma = t.rl_gamma if t.objective == "mixed" else 1.0
     return SelfCritical(ml, gamma, cfg.decode.max_dec_steps, cfg.decode.min_dec_steps,
-                        replace_unk=t.reward_replace_unk and cfg.replaces_unk())
+                        replace_unk=t.reward_replace_unk and cfg.replaces_unk(),
+                        samples=t.rl_samples)

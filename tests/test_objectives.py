@@ -139,16 +139,18 @@ def test_build_replaces_unk_in_the_reward_where_decoding_does():
 
 def teacher_forced_batch(f: dict, sampled: dict, steps: int) -> dict:
     """f with the sampled sequence as its summary, for teacher forcing over y^s: inputs
-    [START] y_1 .., targets y_1 .. [STOP] (when the sample stopped within `steps`)."""
+    [START] y_1 .., targets y_1 .. [STOP] (when the sample stopped within `steps`); f has a row
+    for each sampled one."""
     ids, n = sampled["ids"].numpy(), sampled["length"].numpy()
-    stopped = sampled["step_log_probs"].numpy()[np.arange(B), np.minimum(n, steps - 1)] != 0
-    tgt = np.zeros((B, steps), np.int32)
-    for i in range(B):
+    rows = len(n)
+    stopped = sampled["step_log_probs"].numpy()[np.arange(rows), np.minimum(n, steps - 1)] != 0
+    tgt = np.zeros((rows, steps), np.int32)
+    for i in range(rows):
         tgt[i, : n[i]] = ids[i, : n[i]]
         if stopped[i] and n[i] < steps:
             tgt[i, n[i]] = STOP_ID
     dec_len = (n + (stopped & (n < steps))).astype(np.int32)
-    dec_in = np.concatenate([np.full((B, 1), 2), tgt[:, :-1]], 1)
+    dec_in = np.concatenate([np.full((rows, 1), 2), tgt[:, :-1]], 1)
     return dict(f, dec_input=tf.constant(dec_in), target=tf.constant(tgt),
                 dec_len=tf.constant(dec_len))
 
@@ -164,10 +166,11 @@ def test_self_critical_term_equals_advantage_times_teacher_forced_log_prob(make)
     model = make()
     f = features(1)
     sc = objectives.SelfCritical(objectives.MaximumLikelihood(), gamma=0.9, max_steps=6)
-    step_fn, state, b = sc._searches(model, f)
+    enc, state = sc._encode(model, f)
     from pgn_tf.decoding import sampling
 
-    sampled = sampling.search(step_fn, state, b, 6, 2, STOP_ID, min_steps=0, seed=3)
+    sampled = sampling.search(sc._step_fn(model, enc), state, B, 6, 2, STOP_ID, min_steps=0,
+                              seed=3)
     tf_batch = teacher_forced_batch(f, sampled, 6)
     dec_len = tf_batch["dec_len"]
     tf_log_p = objectives.sequence_nll(
@@ -178,6 +181,87 @@ def test_self_critical_term_equals_advantage_times_teacher_forced_log_prob(make)
     r_g = np.array([0.3, 0.0, 0.5], np.float32)
     term = objectives.self_critical_term(-tf_log_p, tf.constant(r_s), tf.constant(r_g)).numpy()
     np.testing.assert_allclose(term, (r_g - r_s) * -tf_log_p.numpy(), rtol=1e-6)
+
+
+def test_leave_one_out_baseline_is_the_mean_of_the_other_samples():
+    rng = np.random.default_rng(4)
+    for k in (2, 3, 5):
+        r = rng.random((4, k)).astype(np.float32)
+        want = np.array([[np.delete(row, j).mean() for j in range(k)] for row in r])
+        np.testing.assert_allclose(objectives.leave_one_out_baseline(tf.constant(r)).numpy(),
+                                   want, rtol=1e-6)
+    # two samples: each is the other's baseline, so their advantages cancel
+    r = tf.constant([[0.2, 0.6]])
+    np.testing.assert_allclose(objectives.leave_one_out_baseline(r).numpy(), [[0.6, 0.2]])
+    with pytest.raises(ValueError, match="samples"):
+        objectives.SelfCritical(objectives.MaximumLikelihood(), 0.9, 6, samples=0)
+
+
+K = 3
+
+
+@pytest.mark.parametrize("make", [
+    lambda: PointerGenerator(V, 6, 4, coverage=True),
+    lambda: DeepReinforced(V, hidden_dim=4, emb_dim=3, emb_init_std=0.5,
+                           sample_replace_prob=0.0),
+], ids=["pointer_generator_coverage", "deep_reinforced"])
+def test_k_samples_an_article_come_from_that_articles_encoding(make):
+    """train.rl_samples = K: row i * K + j of the samples is the j-th of article i: its
+    log-probability, and that log-probability's gradient for every variable, are those of
+    teacher forcing the sample on article i (through the tiled encoding, whose gradient sums
+    over the copies), and its reward reads article i's reference."""
+    tf.random.set_seed(7)
+    model = make()
+    f = features(1)
+    sc = objectives.SelfCritical(objectives.MaximumLikelihood(), gamma=0.9, max_steps=6,
+                                 seed=3, samples=K)
+    with tf.GradientTape() as tape:
+        sampled, on = sc.sample(model, f)
+        total = tf.reduce_sum(sampled["step_log_probs"])
+    through_search = tape.gradient(total, model.trainable_variables)
+    assert sampled["ids"].shape[0] == B * K
+    rows = np.repeat(np.arange(B), K)  # the article of each sampled row
+    repeated = {key: tf.gather(v, rows) for key, v in f.items()}
+    for key in ("target", "dec_len", "enc_ext_ids"):
+        np.testing.assert_array_equal(on[key].numpy(), repeated[key].numpy())
+    batch = teacher_forced_batch(repeated, sampled, 6)
+    with tf.GradientTape() as tape:
+        log_p = -objectives.sequence_nll(model.token_log_probs(batch, model(batch)),
+                                         batch["dec_len"], "sum")
+        total_tf = tf.reduce_sum(log_p)
+    np.testing.assert_allclose(log_p.numpy(), sampled["step_log_probs"].numpy().sum(1),
+                               rtol=1e-4, atol=1e-4)
+    forced = tape.gradient(total_tf, model.trainable_variables)
+    for var, a, c in zip(model.trainable_variables, through_search, forced):
+        a, c = tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(c).numpy()
+        np.testing.assert_allclose(a, c, rtol=1e-3, atol=1e-6, err_msg=var.path)
+
+
+def test_k_samples_score_each_against_the_others_mean():
+    """rl_terms with K samples an article: eq. 15's term is the mean over the article's samples
+    of (leave-one-out baseline - reward) * log p, and the reward diagnostics are means over
+    them; the greedy reward is still the greedy output's."""
+    model = PointerGenerator(V, 6, 4, coverage=True)
+    f = features(2)
+    sc = objectives.SelfCritical(objectives.MaximumLikelihood(), gamma=0.5, max_steps=6,
+                                 seed=5, samples=K)
+    tf.random.set_seed(11)
+    sampled, on = sc.sample(model, f)
+    tf.random.set_seed(11)  # the same draws again (the greedy search draws nothing)
+    terms = sc.rl_terms(model, f)
+    r = objectives.rouge_l_reward(sampled, on).numpy().reshape(B, K)
+    log_p = sampled["step_log_probs"].numpy().sum(1).reshape(B, K)
+    base = (r.sum(1, keepdims=True) - r) / (K - 1)
+    assert np.abs(base - r).max() > 0  # samples that give the term a signal
+    np.testing.assert_allclose(terms["reward_sample"].numpy(), r.mean(1), rtol=1e-6)
+    np.testing.assert_allclose(terms["rl"].numpy(), ((base - r) * log_p).mean(1), rtol=1e-5,
+                               atol=1e-6)
+    np.testing.assert_allclose(terms["advantage_abs"].numpy(), np.abs(base - r).mean(1),
+                               rtol=1e-5, atol=1e-7)
+    greedy_r = objectives.rouge_l_reward(sc.greedy_search(model, f), f).numpy()
+    np.testing.assert_allclose(terms["reward_greedy"].numpy(), greedy_r)
+    assert all(terms[k].shape == (B,) for k in sc.term_names(model) if k != "p_gen_mean"
+               and k in terms)
 
 
 def test_mixed_objective_mixes_and_reports_for_a_coverage_model():
@@ -220,8 +304,10 @@ def test_build_picks_the_configured_objective():
     obj = objectives.build(cfg)
     assert isinstance(obj, objectives.SelfCritical) and obj.gamma == cfg.train.rl_gamma
     assert obj.max_steps == cfg.decode.max_dec_steps and obj.min_steps == cfg.decode.min_dec_steps
+    assert obj.samples == 1  # Paulus et al.: one sample against the greedy output
     cfg.train.objective = "rl"
-    assert objectives.build(cfg).gamma == 1.0
+    cfg.train.rl_samples = 4
+    assert objectives.build(cfg).gamma == 1.0 and objectives.build(cfg).samples == 4
 
 
 def test_abs_trains_through_the_same_objective():
@@ -248,8 +334,9 @@ def test_the_policy_gradient_equals_the_teacher_forced_gradient(make):
     from pgn_tf.decoding import sampling
 
     with tf.GradientTape() as tape:
-        step_fn, state, b = sc._searches(model, f)
-        sampled = sampling.search(step_fn, state, b, 6, 2, STOP_ID, seed=3, return_stats=True)
+        enc, state = sc._encode(model, f)
+        sampled = sampling.search(sc._step_fn(model, enc), state, B, 6, 2, STOP_ID, seed=3,
+                                  return_stats=True)
         total = tf.reduce_sum(sampled["step_log_probs"])
     through_search = tape.gradient(total, model.trainable_variables)
     batch = teacher_forced_batch(f, sampled, 6)

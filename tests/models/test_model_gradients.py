@@ -87,14 +87,19 @@ CONFIGS = {
     "paulus2017_mixture": lambda objective: tiny(
         "paulus2017", objective, "train.pointer_supervision=false", **PAULUS),  # eq. 12
     "rush2015_abs": lambda objective: tiny("rush2015_abs", objective),
+    # three samples an article against their leave-one-out baseline (train.rl_samples): the
+    # searches run on the tiled encoding, whose gradient sums back over the copies
+    "see2017_coverage_k3": lambda objective: tiny("see2017_coverage", objective,
+                                                  "train.rl_samples=3", **SEE),
 }
 # Every model with the ML objective (with See et al.'s coverage term where the model has
 # coverage, and Paulus et al.'s supervised switch or the plain mixture) and with self-critical
 # RL (eq. 15; the switch's supervision is ML's only); "mixed" (eq. 16) adds the two, so one
-# model suffices for it.
-CASES = ([(name, "ml") for name in CONFIGS]
-         + [(name, "rl") for name in CONFIGS if name != "paulus2017_mixture"]
-         + [("see2017_coverage", "mixed")])
+# model suffices for it, and for it with several samples an article.
+CASES = ([(name, "ml") for name in CONFIGS if name != "see2017_coverage_k3"]
+         + [(name, "rl") for name in CONFIGS if name not in ("paulus2017_mixture",
+                                                             "see2017_coverage_k3")]
+         + [("see2017_coverage", "mixed"), ("see2017_coverage_k3", "mixed")])
 
 
 def models(cfg: config_lib.Config):
