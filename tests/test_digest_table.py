@@ -161,7 +161,8 @@ def test_the_coverage_phase_must_leave_the_pointer_generator_time(tmp_path):
 
 
 def test_the_repetition_figure_has_a_bar_per_system_and_category(tmp_path):
-    rows = [_row(dt.PGN, "see", "x"), _row(dt.COV, "see", "x", dup_3gram_pct=0.2)]
+    rows = [_row(dt.PGN, "see", "x"), _row(dt.COV, "see", "x", dup_3gram_pct=0.2),
+            _row(dt.BASE, "baseline", "x"), _row(dt.PEER, "peer", "x")]  # table rows only
     svg = ET.fromstring(_table(tmp_path, rows).figure())
     ns = "{http://www.w3.org/2000/svg}"
     bars = [r for r in svg.iter(f"{ns}rect") if r.find(f"{ns}title") is not None]
