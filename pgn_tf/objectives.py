@@ -247,15 +247,12 @@ class SelfCritical:
 
     def sample(self, model, batch: dict, enc=None, state=None) -> tuple[dict, dict]:
         """self.samples = k sequences an article: (sampling.search's result over B * k rows, row
-        i * k + j the j-th of article i, with stats; the batch's fields the reward reads,
-        repeated to match)."""
+        i * k + j the j-th of article i, with stats; the batch with each row repeated to match)."""
         if enc is None:
             enc, state = self._encode(model, batch)
         k, on = self.samples, batch
         if k > 1:
-            enc, state = tile_beams(enc, k), tile_beams(state, k)
-            on = {key: tf.repeat(batch[key], k, axis=0) for key in
-                  ("target", "dec_len", "enc_ids", "enc_ext_ids", "enc_len") if key in batch}
+            enc, state, on = tile_beams(enc, k), tile_beams(state, k), tile_beams(batch, k)
         sampled = sampling.search(self._step_fn(model, enc), state,
                                   tf.shape(batch["enc_ids"])[0] * k, self.max_steps, START_ID,
                                   STOP_ID, min_steps=self.min_steps, seed=self.seed,
