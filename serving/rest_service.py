@@ -31,6 +31,7 @@ import json
 import logging
 import re
 import time
+import zlib
 
 import numpy as np
 from google.protobuf import json_format
@@ -44,7 +45,7 @@ from pgn_tf.serving.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from pgn_tf.serving.metrics import Metrics
 from pgn_tf.serving.models import ModelRegistry
 from pgn_tf.serving.predict import DEFAULT_SIGNATURE, Predictor
-from pgn_tf.serving.status import HTTP_STATUS, Code, from_exception, invalid, not_found
+from pgn_tf.serving.status import HTTP_STATUS, Code, echo, from_exception, invalid, not_found
 
 log = logging.getLogger("serving")
 
@@ -85,6 +86,37 @@ def json_value_bound(raw: bytes) -> int:
     return 1 + sum(bare.count(c) for c in (b",", b":", b"[", b"{"))
 
 
+def gunzip_bounded(stream, length: int, limit: int, chunk: int = 64 * 1024) -> bytearray:
+    """Inflates a gzip body of `length` bytes read from `stream` a chunk at a time, refusing it
+    (INVALID_ARGUMENT) as soon as it inflates past `limit` bytes: it costs at most what an
+    uncompressed body at the cap costs, never what it would inflate to. Each step inflates at
+    most 4 chunks into one growing buffer (one large step would hold its output twice while it
+    is appended)."""
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip's header and trailer
+    out, left = bytearray(), length
+    while left > 0:
+        data = stream.read(min(chunk, left))
+        if not data:
+            raise invalid("the request body ended early")
+        left -= len(data)
+        if inflater.eof:
+            raise invalid("the request body has bytes after the end of its gzip stream")
+        try:
+            while data:
+                out += inflater.decompress(data, min(limit + 1 - len(out), 4 * chunk))
+                if len(out) > limit:
+                    raise invalid(f"the gzip request body inflates to more than {limit} bytes, "
+                                  "the server's body cap (twice --max_request_bytes)")
+                data = inflater.unconsumed_tail
+        except zlib.error as e:
+            raise invalid(f"the request body is not valid gzip: {str(e)[:100]}") from None
+        if inflater.eof and inflater.unused_data:
+            raise invalid("the request body has bytes after the end of its gzip stream")
+    if not inflater.eof:
+        raise invalid("the gzip request body is truncated")
+    return out
+
+
 def parse_model_path(path: str) -> _Route:
     """'/v1/models/NAME[/versions/V|/labels/L][/metadata][:verb]' -> _Route; RequestError."""
     rest = path[len("/v1/models/"):]
@@ -114,13 +146,15 @@ class RestApp:
       text is served (None: not served); timeout_s: each request's deadline
       (--rest_api_timeout_in_ms); explain_page: whether GET .../explain serves the
       explanation page (serving.explain); max_json_values: the JSON values a body may hold
-      (--rest_api_max_json_values; 0: no limit).
+      (--rest_api_max_json_values; 0: no limit); max_body_bytes: the body cap, which a gzip
+      body (Content-Encoding: gzip) may not inflate past either.
     """
 
     def __init__(self, predictor: Predictor, registry: ModelRegistry, metrics: Metrics | None,
                  metrics_path: str | None, timeout_s: float | None, explain_page: bool = True,
-                 max_json_values: int = 2**20):
+                 max_json_values: int = 2**20, max_body_bytes: int = 20 * 2**20):
         self.max_json_values = max_json_values
+        self.max_body_bytes = max_body_bytes
         self.predictor = predictor
         self.registry = registry
         self.metrics = metrics
@@ -220,14 +254,25 @@ class RestApp:
 
     # -- POST :predict ----------------------------------------------------------------------
 
-    def _read_json(self, environ) -> dict:
+    def _read_body(self, environ) -> bytes | bytearray:
+        """The body as sent, or inflated when its Content-Encoding is gzip."""
         try:
             length = int(environ.get("CONTENT_LENGTH") or 0)
         except ValueError:
             raise invalid("bad Content-Length") from None
+        encoding = environ.get("HTTP_CONTENT_ENCODING", "").strip().lower()
+        if encoding in ("gzip", "x-gzip"):
+            return gunzip_bounded(environ["wsgi.input"], length, self.max_body_bytes)
+        if encoding not in ("", "identity"):
+            raise invalid(f"Content-Encoding '{echo(encoding)}' is not supported; send gzip or "
+                          "an uncompressed body")
         raw = environ["wsgi.input"].read(length) if length > 0 else b""
         if len(raw) != length:
             raise invalid("the request body ended early")
+        return raw
+
+    def _read_json(self, environ) -> dict:
+        raw = self._read_body(environ)
         if self.max_json_values and json_value_bound(raw) > self.max_json_values:
             raise invalid(f"the request body holds more than the server's "
                           f"--rest_api_max_json_values={self.max_json_values} JSON values; send "

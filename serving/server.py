@@ -196,14 +196,16 @@ class Server:
         return loaded
 
     def _start_grpc(self, opts: ServerOptions) -> None:
-        # gRPC accepts messages over max_request_bytes, so an oversized article gets our
-        # INVALID_ARGUMENT with a reason rather than a transport error.
-        limit = max(4 * opts.max_request_bytes, 64 * 2**20)
+        # Received: gRPC stops inflating a compressed request at this size, before it is
+        # parsed (validation.Limits.max_message_bytes). Sent: a summarize_verbose answer's
+        # attention is rows x steps x article floats, not bounded by the request's bytes.
+        receive = self.predictor.limits.max_message_bytes
+        send = max(4 * opts.max_request_bytes, 64 * 2**20)
         self.grpc = grpc.server(
             futures.ThreadPoolExecutor(max_workers=opts.grpc_max_threads,
                                        thread_name_prefix="grpc"),
-            options=[("grpc.max_receive_message_length", limit),
-                     ("grpc.max_send_message_length", limit)],
+            options=[("grpc.max_receive_message_length", receive),
+                     ("grpc.max_send_message_length", send)],
             maximum_concurrent_rpcs=opts.grpc_max_concurrent_rpcs)
         grpc_service.add_to_server(
             grpc_service.Services(self.predictor, self.registry, self.metrics), self.grpc)
@@ -216,7 +218,8 @@ class Server:
         app = rest_service.RestApp(self.predictor, self.registry, self.metrics,
                                    opts.metrics_path, opts.rest_api_timeout_s,
                                    explain_page=opts.explain_page,
-                                   max_json_values=opts.max_json_values)
+                                   max_json_values=opts.max_json_values,
+                                   max_body_bytes=2 * opts.max_request_bytes)
         self._http_map: dict = {}
         self.http = rest_service.make_server(
             app, opts.host, 0 if opts.rest_port == "auto" else opts.rest_port,

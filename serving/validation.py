@@ -24,6 +24,8 @@ from tensorflow.core.framework import types_pb2
 from pgn_tf.serving.status import echo, invalid
 
 MAX_RANK = 16
+MESSAGE_FRAMING_BYTES = 64 * 1024  # Limits.max_message_bytes
+ROW_FRAMING_BYTES = 64
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +39,23 @@ class Limits:
 
     max_request_bytes: int = 10 * 2**20
     max_batch_rows: int = 256
+
+    @property
+    def max_message_bytes(self) -> int:
+        """The largest serialized request the gRPC server receives (after decompression):
+        max_request_bytes of inputs plus their protobuf framing.
+
+        gRPC enforces it while it inflates a compressed message and before the message is
+        parsed, so a request that inflates past it costs at most this much memory and is
+        answered RESOURCE_EXHAUSTED ("... larger than max"); a request within it is parsed and
+        its inputs checked against max_request_bytes here (INVALID_ARGUMENT with the reason).
+        The framing: MESSAGE_FRAMING_BYTES for the model spec, input names, shapes and
+        output_filter, and ROW_FRAMING_BYTES a batch row for each value's tag and length (a
+        string value's framing is 1 + at most 5 bytes; a row holds one value of each batched
+        input). A request that encodes numbers as varints (up to 10 bytes an int32) may exceed
+        it below max_request_bytes of values: tensor_content holds them exactly."""
+        return (self.max_request_bytes + MESSAGE_FRAMING_BYTES
+                + ROW_FRAMING_BYTES * self.max_batch_rows)
 
 
 def dtype_name(enum: int) -> str:

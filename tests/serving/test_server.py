@@ -81,7 +81,9 @@ def options(beam, max_steps, min_steps):
     ({"articles": [ARTICLE]}, {"name": "nope"}, grpc.StatusCode.NOT_FOUND, "not served"),
     ({"articles": [ARTICLE]}, {"version": 7}, grpc.StatusCode.NOT_FOUND, "version 7"),
     ({"articles": [ARTICLE]}, {"label": "stable"}, grpc.StatusCode.NOT_FOUND, "no version label"),
-    ({"articles": ["x" * 11_000_000]}, {}, grpc.StatusCode.INVALID_ARGUMENT, "max_request_bytes"),
+    ({"articles": ["x" * (10 * 2**20 + 1)]}, {}, grpc.StatusCode.INVALID_ARGUMENT,
+     "max_request_bytes"),
+    ({"articles": ["x" * 11_000_000]}, {}, grpc.StatusCode.RESOURCE_EXHAUSTED, "larger than max"),
     ({"articles": ["a"] * 257}, {}, grpc.StatusCode.INVALID_ARGUMENT, "--max_batch_rows=256"),
     (options(40, 5, 0), {"signature": OPTIONS}, grpc.StatusCode.INVALID_ARGUMENT,
      "beam_size must be between 1 and 16, got 40"),
@@ -115,9 +117,14 @@ def test_the_graph_checks_option_caps_itself(server):
         loaded.input_limits = saved
 
 
-def test_non_utf8_article_is_summarized(server):
-    resp = stub(server).Predict(request({"articles": [b"\xff\xfe caf\xc3 broken"]}))
-    assert isinstance(summaries(resp)[0], str)
+def test_non_utf8_article_is_summarized_as_in_process(server, trained_model_dir):
+    """Bytes that are not UTF-8 are summarized as the in-process summarizer summarizes them, and
+    the answer is valid UTF-8 (summaries() decodes it strictly)."""
+    raw = b"\xff\xfe caf\xc3 broken " + ARTICLE.encode()
+    want = Summarizer.from_model_dir(trained_model_dir).summarize(
+        tf.constant([raw]))["summaries"].numpy()[0].decode()
+    resp = stub(server).Predict(request({"articles": [raw]}))
+    assert summaries(resp) == [want] and want
 
 
 @pytest.mark.parametrize("path, raw, code, message", [
