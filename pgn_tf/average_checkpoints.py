@@ -11,11 +11,13 @@ optimizer is left out), as OpenNMT-tf's `average_checkpoints` does; `evaluate`, 
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.average_checkpoints"))
 import argparse
 import os
 import shutil
-import sys
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +25,7 @@ import tensorflow as tf
 from pgn_tf.model_dir import ModelDir, restore_model
 from pgn_tf.models import build_model
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 
 def average(model_dir: str, last: int, output: str) -> str:
@@ -78,7 +81,3 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return run_cli("pgn_tf.average_checkpoints", average, args.model_dir, args.last,
                    args.output)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

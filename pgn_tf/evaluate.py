@@ -24,11 +24,13 @@ metrics.json to --output_dir (default <model_dir>/eval_<split name>).
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.evaluate"))
 import argparse
 import json
 import os
-import sys
 import time
 
 import numpy as np
@@ -41,6 +43,7 @@ from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
 from pgn_tf.utils import progress
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 
 def read_split(path: str, fmt: str | None, limit: int | None) -> list[Example]:
@@ -426,7 +429,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli("pgn_tf.evaluate", evaluate, build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,16 +9,19 @@
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.quickstart"))
 import argparse
 import os
-import sys
 
 import tensorflow as tf
 
 from pgn_tf import evaluate, export, train
 from pgn_tf.inference import Summarizer
 from pgn_tf.utils.errors import run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 
 def run(args) -> None:
@@ -65,7 +68,3 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], help="config overrides for training")
     add_verbose_flag(p)
     return run_cli("pgn_tf.quickstart", run, p.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

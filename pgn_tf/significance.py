@@ -12,16 +12,19 @@ replacement: the p-value is the share of resamples in which B's mean is not abov
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.significance"))
 import argparse
 import gzip
 import json
-import sys
 
 import numpy as np
 
 from pgn_tf.inference import tokens_to_sentences
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 METRICS = ("rouge1", "rouge2", "rougeLsum")
 
@@ -88,7 +91,3 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return run_cli("pgn_tf.significance",
                    lambda: print(json.dumps(compare(args.a, args.b, args.metric, args.samples))))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -26,7 +26,10 @@ running the same command again finishes the job.
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.summarize"))
 import argparse
 import gzip
 import json
@@ -37,6 +40,7 @@ from collections.abc import Iterator
 
 from pgn_tf.data.lines import numbered_lines
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 WINDOW_BATCHES = 16  # batches read ahead, sorted by length, decoded, then written in order
 JSONL_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".json.gz")
@@ -366,7 +370,3 @@ def main(argv: list[str] | None = None) -> int:
         print("pgn_tf.summarize: error: --batch_size must be positive", file=sys.stderr)
         return 2
     return run_cli("pgn_tf.summarize", run, args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,13 +24,15 @@ restarted, all of them resume from the last checkpoint, the data order continuin
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.train"))
 import argparse
 import contextlib
 import dataclasses
 import json
 import os
-import sys
 
 import tensorflow as tf
 
@@ -44,6 +46,7 @@ from pgn_tf.training.trainer import Trainer
 from pgn_tf.utils.dirlock import DirLock
 from pgn_tf.utils.durable import write_json
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 
 def set_cpu_devices(n: int) -> None:
@@ -296,7 +299,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli("pgn_tf.train", run, build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

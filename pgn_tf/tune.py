@@ -15,11 +15,13 @@ value and writes them to <model_dir>/abs_plus.json.
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.tune"))
 import argparse
 import json
 import os
-import sys
 
 import tensorflow as tf
 
@@ -28,6 +30,7 @@ from pgn_tf.decoding.features import NUM_FEATURES
 from pgn_tf.inference import Summarizer, tokens_to_sentences
 from pgn_tf.utils import progress
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 
 def make_scorer(summarizer: Summarizer, articles: list[str], references: list[str],
@@ -113,7 +116,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli("pgn_tf.tune", run, build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

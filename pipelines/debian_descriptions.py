@@ -14,7 +14,10 @@ Writes --output (every pair, with its `group` and `split`) and, beside it, one f
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.pipelines.debian_descriptions"))
 import argparse
 import bz2
 import collections
@@ -25,10 +28,10 @@ import lzma
 import os
 import shutil
 import subprocess
-import sys
 
 from pgn_tf.pipelines.preprocess import hash_fraction
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 LISTS_DIR = "/var/lib/apt/lists"
 
@@ -144,7 +147,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli("pgn_tf.pipelines.debian_descriptions", run, build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

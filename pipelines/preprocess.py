@@ -24,12 +24,14 @@ Every count comes from Beam metrics, so the summary is the same on any runner.
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.pipelines.preprocess"))
 import argparse
 import gzip
 import hashlib
 import json
-import sys
 import time
 
 import apache_beam as beam
@@ -41,6 +43,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 FORMATS = ("jsonl", "story", "see_bin", "tfds", "parallel")
 NAMESPACE = "pgn_tf.preprocess"
@@ -495,7 +498,3 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     return run_cli("pgn_tf.pipelines.preprocess", run, args, beam_args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -41,7 +41,10 @@ Config (YAML; `--set section.key=value` overrides a scalar):
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.pipelines.run"))
 import argparse
 import copy
 import functools
@@ -50,7 +53,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import time
 
 import yaml
@@ -58,6 +60,7 @@ import yaml
 from pgn_tf.utils import durable
 from pgn_tf.utils.dirlock import DirLock, process_alive
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 DEFAULTS = {
     "run_dir": "runs/pipeline",
@@ -466,7 +469,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli("pgn_tf.pipelines.run", main_args, build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

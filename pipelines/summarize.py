@@ -21,11 +21,13 @@ Counts (lines, records, bad lines, summaries) come from Beam metrics and are pri
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.pipelines.summarize"))
 import argparse
 import gzip
 import json
-import sys
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -45,6 +47,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from pgn_tf.summarize import raw_lines
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 NAMESPACE = "pgn_tf.summarize"
 WINDOW_BATCHES = 16  # model batches per RunInference batch: sorted by length, then decoded
@@ -218,7 +221,3 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args, beam_args = build_parser().parse_known_args(argv)
     return run_cli("pgn_tf.pipelines.summarize", run, args, beam_args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

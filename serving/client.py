@@ -9,7 +9,10 @@ tensorflow-serving-api stubs (gRPC) or TF Serving's REST API (--rest, --server h
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.serving.client"))
 import argparse
 import json
 import sys
@@ -19,6 +22,8 @@ import urllib.request
 import grpc
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+from pgn_tf.utils.quiet import add_verbose_flag
 
 
 def make_request(model_name: str, articles: list[str], signature: str = "serving_default",
@@ -84,7 +89,3 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(out[0])
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,7 +15,10 @@ serving.rest_service, serving.metrics, serving.status (errors). Binds to 127.0.0
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.serving.server"))
 import argparse
 import dataclasses
 import logging
@@ -34,6 +37,7 @@ from pgn_tf.serving.cancel import Watchdog
 from pgn_tf.serving.metrics import Metrics, parse_monitoring_config
 from pgn_tf.serving.models import LoadedVersion, ModelRegistry, ModelSpec, ServedModel
 from pgn_tf.serving.predict import Predictor
+from pgn_tf.utils.quiet import add_verbose_flag
 
 log = logging.getLogger("serving")
 
@@ -383,7 +387,3 @@ def main(argv: list[str] | None = None) -> int:
     done.wait()
     server.stop()
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,6 +21,7 @@ STATE = """
 import logging, os, sys
 import pgn_tf.summarize  # an entry point that imports TensorFlow only when it needs it
 from pgn_tf.utils import quiet
+{start}
 {after}
 print(os.environ.get("TF_CPP_MIN_LOG_LEVEL"), os.environ.get("PGN_TF_VERBOSE"),
       any(isinstance(f, quiet._QuietTensorFlowImport) for f in sys.meta_path),
@@ -62,18 +63,22 @@ def test_summarize_on_an_export_prints_the_summary_and_its_count_only(exported, 
         done.stderr.count("\n") == 1, done.stderr
 
 
-@pytest.mark.parametrize("how", ["quiet", "--verbose", "PGN_TF_VERBOSE=1", "main --verbose",
-                                 "own TF_CPP_MIN_LOG_LEVEL"])
+@pytest.mark.parametrize("how", ["import only", "quiet", "--verbose", "PGN_TF_VERBOSE=1",
+                                 "main --verbose", "own TF_CPP_MIN_LOG_LEVEL"])
 def test_start_installs_its_filters_unless_verbose(how):
-    """Asserts on what start() installed, not on TensorFlow's lines (which vary by machine)."""
+    """Asserts on what start() installed, not on TensorFlow's lines (which vary by machine); an
+    import alone installs nothing (tests/test_imports.py checks every module)."""
     after = ("pgn_tf.summarize.build_parser().parse_args(['--verbose', 'text'])"
              if how == "main --verbose" else "")
-    args = ["-c", STATE.format(after=after)] + (["--verbose"] if how == "--verbose" else [])
+    start = "" if how == "import only" else "quiet.start()"
+    args = ["-c", STATE.format(start=start, after=after)] + (
+        ["--verbose"] if how == "--verbose" else [])
     env = {"PGN_TF_VERBOSE=1": {"PGN_TF_VERBOSE": "1"},
            "own TF_CPP_MIN_LOG_LEVEL": {"TF_CPP_MIN_LOG_LEVEL": "0"}}.get(how, {})
     done = run(args, **env)
     assert done.returncode == 0, done.stderr
-    expected = {"quiet": "1 None True True", "own TF_CPP_MIN_LOG_LEVEL": "0 None True True"}
+    expected = {"import only": "None None False False", "quiet": "1 None True True",
+                "own TF_CPP_MIN_LOG_LEVEL": "0 None True True"}
     assert done.stdout.split("\n")[0] == expected.get(how, "None 1 False False")
 
 
@@ -81,6 +86,7 @@ def test_real_warnings_still_show():
     code = """
 import logging, warnings
 from pgn_tf.utils import quiet
+quiet.start()  # as a command does
 import absl.logging
 import tensorflow as tf
 

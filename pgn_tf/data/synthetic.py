@@ -11,12 +11,16 @@ pointer-generator copies.
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.data.synthetic"))
 import argparse
 import os
 import random
 
 from pgn_tf.data.example import Example
+from pgn_tf.utils.quiet import add_verbose_flag
 
 _SYLLABLES = (
     "ka lo mir ta ven dra sul pe rin go xu bel za tor fen ix ul mo qua res nai ob "
@@ -94,18 +98,16 @@ def write_corpus(output_dir: str, num_train: int = 6000, num_eval: int = 200, se
             "validation": valid[0], "train_files": train}
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.data.synthetic",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--output_dir", required=True)
     p.add_argument("--num_train", type=int, default=6000)
     p.add_argument("--num_eval", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
     add_verbose_flag(p)
-    a = p.parse_args()
+    a = p.parse_args(argv)
     paths = write_corpus(a.output_dir, a.num_train, a.num_eval, a.seed)
     print(f"wrote {a.num_train} train and {a.num_eval} validation examples: "
           f"{paths['train']} {paths['validation']}")
-
-
-if __name__ == "__main__":
-    main()
+    return 0

@@ -1,11 +1,9 @@
 """A quiet start: a command prints what the user asked for, not TensorFlow's start-up noise.
 
-Every entry point (setup.py's COMMANDS, and the other `python -m` commands of docs/usage.md)
-imports this module first, before anything imports TensorFlow:
-
-    from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
-
-(importing it runs start()) and registers `--verbose` with `add_verbose_flag(parser)`.
+Every command line calls start() before anything imports TensorFlow (pgn_tf.commands: the
+console scripts and `python -m` alike) and registers `--verbose` with
+`add_verbose_flag(parser)`. Importing this module changes nothing: a library user's process
+(a notebook, a service, a test) keeps its own logging unless it calls start() itself.
 `--verbose` on the command line, or PGN_TF_VERBOSE=1 in the environment, turns all of this off
 and sets PGN_TF_VERBOSE=1 for the processes the command starts.
 
@@ -45,8 +43,7 @@ What is hidden on a CPU machine, each message where it arises, and why it is har
     (Beam's memory metric needs torch; the summaries do not depend on it).
 
 Everything else still shows: other C++ warnings and errors, other log records, every Python
-warning. Importing this module from library code (an entry point imported in a notebook or a
-test) applies the same, harmless, filtering.
+warning.
 """
 
 from __future__ import annotations
@@ -206,9 +203,10 @@ def _remove_finder() -> None:
         sys.meta_path.remove(finder)
 
 
-def start() -> None:
-    """Quiets the start (see the module docstring) unless is_verbose(); runs on import."""
-    if is_verbose():
+def start(argv: list[str] | None = None) -> None:
+    """Quiets the start (see the module docstring) unless is_verbose(argv); a command calls it
+    first (pgn_tf.commands.run_command). Calling it again changes nothing more."""
+    if is_verbose(argv):
         os.environ[VERBOSE_ENV] = "1"  # the commands this one starts are verbose too
         return
     if "TF_CPP_MIN_LOG_LEVEL" not in os.environ:
@@ -217,7 +215,7 @@ def start() -> None:
     _filter_logs("")
     if "absl.logging" in sys.modules:
         _filter_logs("absl")
-    if "tensorflow" not in sys.modules:
+    if "tensorflow" not in sys.modules and _changed["finder"] is None:
         _changed["finder"] = _QuietTensorFlowImport()
         sys.meta_path.insert(0, _changed["finder"])
 
@@ -245,10 +243,7 @@ class _VerboseAction(argparse.Action):
 
 
 def add_verbose_flag(parser: argparse.ArgumentParser) -> None:
-    """Registers `--verbose` (read from sys.argv at start(), before argparse runs)."""
+    """Registers `--verbose` (read from the command's argv by start(), before argparse runs)."""
     parser.add_argument(VERBOSE_FLAG, action=_VerboseAction,
                         help=f"also show TensorFlow's start-up logs and the warnings known to be "
                              f"harmless (pgn_tf/utils/quiet.py); {VERBOSE_ENV}=1 does the same")
-
-
-start()
