@@ -30,7 +30,8 @@ setup(
     # name that another distribution could also install.
     packages=find_packages(include=["pgn_tf", "pgn_tf.*"]) + ["pgn_tf.serving", "pgn_tf.pipelines"],
     package_dir={"pgn_tf.serving": "serving", "pgn_tf.pipelines": "pipelines"},
-    package_data={"pgn_tf.serving": ["static/*.html", "*.config"], "pgn_tf.pipelines": ["*.yaml"]},
+    package_data={"pgn_tf.serving": ["static/*.html", "*.config", "*.c"],
+                  "pgn_tf.pipelines": ["*.yaml"]},
     # TF 2.21 and tensorflow-text 2.21 publish wheels for CPython 3.10-3.13; CI runs 3.11.
     python_requires=">=3.10,<3.14",
     install_requires=[

@@ -150,13 +150,19 @@ def filtered_stderr(noise: re.Pattern):
 
 class _QuietTensorFlowImport(importlib.abc.MetaPathFinder):
     """On the first `import tensorflow` (or of anything under it): runs the package's import
-    and its first device listing, where cuInit is called, under filtered_stderr()."""
+    and its first device listing, where cuInit is called, under filtered_stderr(). It stays in
+    place until the package is imported: a lookup alone (`importlib.util.find_spec`, which
+    finds the package's folder without importing it) leaves it for the import."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "tensorflow":
+        if name != "tensorflow" or self not in sys.meta_path:
             return None
-        _remove_finder()
-        spec = importlib.util.find_spec(name)  # the real one, from the finders after this
+        where = sys.meta_path.index(self)
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)  # the real one, from the other finders
+        finally:
+            sys.meta_path.insert(where, self)
         if spec is not None and spec.loader is not None:
             spec.loader = _FilteredLoader(spec.loader)
         return spec
@@ -170,6 +176,7 @@ class _FilteredLoader(importlib.abc.Loader):
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
+        _remove_finder()
         module.__spec__.loader = module.__loader__ = self.loader  # the module keeps the real one
         with filtered_stderr(startup_noise()):
             self.loader.exec_module(module)
