@@ -1,7 +1,7 @@
 """The explanation page (serving.explain), in a real headless Chromium: it loads, takes an
 article, shows the summary with one p_gen-coloured span per output token and the attention on
 hover, and its screenshot is not blank. No skip: a missing browser fails the test (Debian's
-chromium and chromium-driver; .ci/run installs them when missing)."""
+chromium and chromium-driver; tests/install_browser.sh installs them when missing)."""
 
 import io
 import json
