@@ -55,8 +55,10 @@ setup(
     # importlib_resources: tensorflow-datasets needs it to prepare the TFDS fixture in the tests.
     # selenium: drives Debian's chromium in the explanation page's browser test.
     # pytest-xdist: the suite runs on two workers (pyproject.toml's addopts).
+    # gpu: TensorFlow's CUDA and cuDNN libraries from PyPI (docs/design.md, Dependencies).
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
-                             "importlib_resources>=6", "selenium>=4.20,<5"]},
+                             "importlib_resources>=6", "selenium>=4.20,<5"],
+                    "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"]},
     entry_points={"console_scripts": [f"{name} = {target}" for name, target in COMMANDS.items()]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",

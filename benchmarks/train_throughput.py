@@ -89,9 +89,9 @@ def _local(value) -> list:
 
 def measure(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
             strategy: tf.distribute.Strategy | None = None, profile: str | None = None,
-            work_dir: str | None = None) -> dict:
+            work_dir: str | None = None, keep_trainer: bool = False) -> dict:
     """Trains `warmup` + `steps` steps of a fresh model on files; the figures of the timed
-    steps (module docstring)."""
+    steps (module docstring), and the Trainer under "trainer" with keep_trainer."""
     strategy = strategy or tf.distribute.get_strategy()
     work = work_dir or tempfile.mkdtemp(prefix="train_bench-")
     vocab = dataset.build_vocab(files, cfg.data)
@@ -145,6 +145,8 @@ def measure(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
         tf.profiler.experimental.stop()
         result["top_ops_pct"] = top_ops(profile)
         result["top_scopes_pct"] = top_ops(profile, 12, scope_depth=4)
+    if keep_trainer:
+        result["trainer"] = trainer
     return result
 
 
