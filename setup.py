@@ -56,9 +56,13 @@ setup(
     # selenium: drives Debian's chromium in the explanation page's browser test.
     # pytest-xdist: the suite runs on two workers (pyproject.toml's addopts).
     # gpu: TensorFlow's CUDA and cuDNN libraries from PyPI (docs/design.md, Dependencies).
+    # dask: Beam's DaskRunner and a dask.distributed cluster for the pipelines (the tests start
+    # one on loopback).
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
-                             "importlib_resources>=6", "selenium>=4.20,<5"],
-                    "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"]},
+                             "importlib_resources>=6", "selenium>=4.20,<5",
+                             "dask[distributed]>=2024.4.2"],
+                    "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
+                    "dask": ["dask[distributed]>=2024.4.2"]},
     entry_points={"console_scripts": [f"{name} = {target}" for name, target in COMMANDS.items()]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
