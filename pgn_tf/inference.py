@@ -32,9 +32,12 @@ from pgn_tf.data import dataset
 from pgn_tf.decoding import features as features_lib
 from pgn_tf.decoding import greedy
 from pgn_tf.decoding.beam_search import ARTICLE, beam_search, tile_beams
+from pgn_tf.decoding.constraints import Constraints
 from pgn_tf.layers.pointer import copy_slots
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.utils.errors import UserError
+
+METHODS = ("beam", "greedy")  # Summarizer.summarize's decoding methods
 
 
 def load_model(model_dir: str, which: str = "best"):
@@ -279,7 +282,10 @@ class Summarizer(_InProcessCalls, tf.Module):
         decode.fixed_length = N > 0 emits exactly N words (Rush et al.: [STOP] never, min and
         max steps ignored), with hypothesis recombination on the last model.abs_window ids for
         ABS models. feature_weights: float32 [5], ABS+ weights overriding
-        decode.abs_plus_weights (a tensor, so tuning them does not retrace)."""
+        decode.abs_plus_weights (a tensor, so tuning them does not retrace). method: "beam" or
+        "greedy" (ValueError for anything else)."""
+        if method not in METHODS:
+            raise ValueError(f"unknown decoding method '{method}' ({', '.join(METHODS)})")
         dc = self.cfg.decode
         if feature_weights is None:
             feature_weights = features_lib.parse_weights(dc.abs_plus_weights)
@@ -314,18 +320,20 @@ class Summarizer(_InProcessCalls, tf.Module):
         extras = {"attn", "p_gen"} if verbose else ({"p_gen"} if with_p_gen else set())
         if replace_unk:
             extras.add("src_pos")
+        constraints = Constraints(vocab_lib.STOP_ID, min_steps=min_steps, unk_id=unk,
+                                  block_trigrams=dc.block_trigrams, repeat_exempt=exempt)
         if greedy_search:
-            res = greedy.search(step_fn, state, batch, max_steps, vocab_lib.START_ID,
-                                vocab_lib.STOP_ID, min_steps, dc.block_trigrams, unk,
-                                repeat_exempt=exempt, return_src_pos=replace_unk)
+            res = greedy.search(step_fn, state, batch_size=batch, max_steps=max_steps,
+                                start_id=vocab_lib.START_ID, constraints=constraints,
+                                return_src_pos=replace_unk)
         else:
             recombine = self.cfg.model.abs_window if (
                 dc.fixed_length > 0 and self.cfg.model.model_type == "abs") else 0
             res = beam_search(
-                step_fn, state, batch, beam_size, max_steps,
-                vocab_lib.START_ID, vocab_lib.STOP_ID, min_steps, dc.length_penalty,
-                dc.block_trigrams, unk, return_extras=tuple(sorted(extras)), src_len=src_len,
-                coverage_penalty=dc.coverage_penalty, repeat_exempt=exempt,
+                step_fn, state, batch_size=batch, beam_size=beam_size, max_steps=max_steps,
+                start_id=vocab_lib.START_ID, constraints=constraints,
+                length_penalty=dc.length_penalty, return_extras=tuple(sorted(extras)),
+                src_len=src_len, coverage_penalty=dc.coverage_penalty,
                 recombine_window=recombine,
             )
         words = vocab_lib.ids_to_words(res["ids"], self.words, feats["oovs"])

@@ -31,6 +31,7 @@ import tensorflow as tf
 from pgn_tf import rewards, vocab
 from pgn_tf.decoding import greedy, sampling
 from pgn_tf.decoding.beam_search import tile_beams
+from pgn_tf.decoding.constraints import Constraints
 from pgn_tf.layers import pointer
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
 
@@ -237,12 +238,17 @@ class SelfCritical:
     def _step_fn(model, enc):
         return lambda ids, t, st: model.decode_step(ids, t, st, enc)
 
+    def constraints(self) -> Constraints:
+        """What the greedy baseline and the samples may not emit: [STOP] before min_steps."""
+        return Constraints(STOP_ID, min_steps=self.min_steps)
+
     def greedy_search(self, model, batch: dict, enc=None, state=None) -> dict:
         """The greedy baseline y^ (greedy.search's result, B rows)."""
         if enc is None:
             enc, state = self._encode(model, batch)
-        return greedy.search(self._step_fn(model, enc), state, tf.shape(batch["enc_ids"])[0],
-                             self.max_steps, START_ID, STOP_ID, self.min_steps,
+        return greedy.search(self._step_fn(model, enc), state,
+                             batch_size=tf.shape(batch["enc_ids"])[0], max_steps=self.max_steps,
+                             start_id=START_ID, constraints=self.constraints(),
                              return_src_pos=self.replace_unk)
 
     def sample(self, model, batch: dict, enc=None, state=None) -> tuple[dict, dict]:
@@ -254,8 +260,9 @@ class SelfCritical:
         if k > 1:
             enc, state, on = tile_beams(enc, k), tile_beams(state, k), tile_beams(batch, k)
         sampled = sampling.search(self._step_fn(model, enc), state,
-                                  tf.shape(batch["enc_ids"])[0] * k, self.max_steps, START_ID,
-                                  STOP_ID, min_steps=self.min_steps, seed=self.seed,
+                                  batch_size=tf.shape(batch["enc_ids"])[0] * k,
+                                  max_steps=self.max_steps, start_id=START_ID,
+                                  constraints=self.constraints(), seed=self.seed,
                                   return_stats=True, return_src_pos=self.replace_unk)
         return sampled, on
 

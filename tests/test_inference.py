@@ -12,6 +12,7 @@ from pgn_tf import evaluate, summarize
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
 from pgn_tf.decoding.beam_search import beam_search
+from pgn_tf.decoding.constraints import Constraints
 from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.models import build_model
@@ -152,9 +153,11 @@ def test_the_mixture_search_decodes_what_the_dense_one_does(summarizer, validati
     state, step_fn = s.search_inputs(feats, beam, mixture=False)
     exempt = tf.constant([w in vocab_lib.SPECIAL_TOKENS or not is_word(w)
                           for w in s.vocab.words], tf.bool)
-    dense = beam_search(step_fn, state, 9, beam, max_steps, vocab_lib.START_ID,
-                        vocab_lib.STOP_ID, min_steps, block_trigrams=True,
-                        unk_id=vocab_lib.UNK_ID, repeat_exempt=exempt)
+    dense = beam_search(step_fn, state, batch_size=9, beam_size=beam, max_steps=max_steps,
+                        start_id=vocab_lib.START_ID,
+                        constraints=Constraints(vocab_lib.STOP_ID, min_steps=min_steps,
+                                                block_trigrams=True, unk_id=vocab_lib.UNK_ID,
+                                                repeat_exempt=exempt))
     np.testing.assert_array_equal(out["length"].numpy(), dense["length"].numpy())
     words = vocab_lib.ids_to_words(dense["ids"], s.words, feats["oovs"]).numpy()
     for i, n in enumerate(out["length"].numpy()):
@@ -264,3 +267,9 @@ def test_sentence_lines_give_one_sentence_a_line(summarizer, validation):
         assert " ".join(got) == one.decode()  # the same text, a newline after each sentence
         lines += len(got)
     assert lines > len(validation)  # some summary has two sentences or more
+
+
+def test_an_unknown_decoding_method_is_an_error(trained_model_dir):
+    summarizer = Summarizer.from_model_dir(trained_model_dir)
+    with pytest.raises(ValueError, match="unknown decoding method 'sample' \\(beam, greedy\\)"):
+        summarizer.summarize(tf.constant(["a b ."]), method="sample")

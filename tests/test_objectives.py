@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf import objectives
+from pgn_tf.decoding.constraints import Constraints
 from pgn_tf.models.abs import ABS
 from pgn_tf.models.deep_reinforced import DeepReinforced
 from pgn_tf.models.pointer_generator import PointerGenerator
@@ -169,8 +170,8 @@ def test_self_critical_term_equals_advantage_times_teacher_forced_log_prob(make)
     enc, state = sc._encode(model, f)
     from pgn_tf.decoding import sampling
 
-    sampled = sampling.search(sc._step_fn(model, enc), state, B, 6, 2, STOP_ID, min_steps=0,
-                              seed=3)
+    sampled = sampling.search(sc._step_fn(model, enc), state, batch_size=B, max_steps=6,
+                              start_id=2, constraints=Constraints(STOP_ID), seed=3)
     tf_batch = teacher_forced_batch(f, sampled, 6)
     dec_len = tf_batch["dec_len"]
     tf_log_p = objectives.sequence_nll(
@@ -335,7 +336,8 @@ def test_the_policy_gradient_equals_the_teacher_forced_gradient(make):
 
     with tf.GradientTape() as tape:
         enc, state = sc._encode(model, f)
-        sampled = sampling.search(sc._step_fn(model, enc), state, B, 6, 2, STOP_ID, seed=3,
+        sampled = sampling.search(sc._step_fn(model, enc), state, batch_size=B, max_steps=6,
+                                  start_id=2, constraints=Constraints(STOP_ID), seed=3,
                                   return_stats=True)
         total = tf.reduce_sum(sampled["step_log_probs"])
     through_search = tape.gradient(total, model.trainable_variables)

@@ -5,16 +5,19 @@ Written against the one interface every search shares (docs/design.md) and nothi
     step_fn(ids int32 [N], step int32, state) -> (log_probs float32 [N, W], state, extras)
 where N = b*K rows (b articles still decoding, K beams each), W the (extended) vocabulary width
 and `state` any nest of [N, ...] tensors. A pointer model may return its distribution in parts
-instead, a `Mixture` (P_vocab, p_gen, the attention and the source ids): the search then scores
-only the tokens that can rank among the best (`mixture_candidates`: the vocabulary's best and
-the article's own), never forming the [N, W] log-probabilities; the result is the same.
+instead, a `layers.pointer.Mixture` (P_vocab, p_gen, the attention and the source ids): the
+search then hands it to `decoding.mixture`, which scores only the tokens that can rank among the
+best (the vocabulary's best and the article's own, See et al.'s eq. 9), never forming the [N, W]
+log-probabilities; the result is the same. A dense distribution goes to `decoding.candidates`.
 Two dict keys of the state are special:
   ARTICLE ("per_article"): tensors that are the same for the K beams of an article (the tiled
     encoder outputs, masks, extended ids). Beam reordering leaves them alone; they are gathered
     only when finished articles leave the batch.
   SHARED ("shared"): per-batch tensors (a tied output matrix), never tiled nor gathered.
-The search knows nothing about pointers or coverage; it reads the extras "attn" float [N, L]
-(GNMT coverage penalty, `return_extras`) and "p_gen" float [N] (`return_extras`) only.
+Beyond choosing where a step's candidates come from (a Mixture or a dense distribution), the
+search knows nothing about pointers or coverage; it reads the extras "attn" float [N, L] (GNMT
+coverage penalty, `return_extras`) and "p_gen" float [N] (`return_extras`) only. What it may
+not emit is one `decoding.constraints.Constraints`, passed by name.
 
 Semantics: See et al.'s released beam search (abisee/pointer-generator `beam_search.py`), per
 article:
@@ -48,7 +51,8 @@ dynamic); a finished article's result is written into [B, ...] output buffers at
 index the step it finishes.
 
 Structure (OpenNMT-tf's DecodingStrategy): `BeamSearch` holds the rules, `BeamState` the loop
-state (each field with its dtype and shape), `strategy.dynamic_decode` the tf.while_loop.
+state (each field with its dtype and shape), `strategy.dynamic_decode` the tf.while_loop (which
+runs greedy and sampling search too, decoding.greedy).
 """
 
 from __future__ import annotations
@@ -57,11 +61,11 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from pgn_tf.decoding.candidates import top_candidates
+from pgn_tf.decoding.constraints import NEG_INF, Constraints
+from pgn_tf.decoding.mixture import mixture_candidates
 from pgn_tf.decoding.strategy import DecodingStrategy, dynamic_decode
 from pgn_tf.layers.pointer import Mixture
-
-NEG_INF = -1e9
-_NO_BAN = 3e38  # a column update value that leaves a log-probability as it is (min(x, 3e38))
 
 SHARED = "shared"  # a dict key whose tensors are the same for every hypothesis: never tiled
 ARTICLE = "per_article"  # a dict key whose tensors are the same for an article's K beams
@@ -103,17 +107,6 @@ def tile_beams(nest, beam_size):
     return map_state(nest, tile, tile)
 
 
-def keep_shapes(body):
-    """Wraps a while_loop body so its outputs keep the static shapes of its inputs (a gather by
-    dynamic indices loses them; a beam size that is a graph constant would then not match)."""
-
-    def wrapped(*args):
-        out = body(*args)
-        return tf.nest.map_structure(lambda new, old: tf.ensure_shape(new, old.shape), out, args)
-
-    return wrapped
-
-
 def length_norm(emitted: tf.Tensor, alpha: float) -> tf.Tensor:
     """The divisor of a hypothesis' log-probability. emitted: tokens after [START] ([STOP]
     included when finished). alpha = 0: len(tokens) with [START], as See et al.'s avg_log_prob;
@@ -129,188 +122,6 @@ def gnmt_coverage_penalty(attn_sum: tf.Tensor, beta: float) -> tf.Tensor:
     [..., L] -> [...]; positions with a zero sum (padding) contribute 0."""
     logs = tf.math.log(tf.minimum(tf.maximum(attn_sum, 1e-30), 1.0))
     return beta * tf.reduce_sum(tf.where(attn_sum > 0, logs, 0.0), axis=-1)
-
-
-def ban_entries(
-    n,
-    seq: tf.Tensor,
-    step: tf.Tensor,
-    stop_id: int,
-    min_steps,
-    unk_id: int | None = None,
-    block_trigrams: bool = False,
-    repeat_exempt: tf.Tensor | None = None,
-    dtype=tf.float32,
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """Decoding constraints shared by beam, greedy and sampling search, as column updates:
-    (idx int32 [U, 2] of (row, column), values [U]), each value NEG_INF (banned) or _NO_BAN
-    (left as it is), at most n * (2 + 2T) of them, never a full-width mask.
-
-    n rows; seq: int32 [n, T] tokens so far (positions < step are valid).
-    - before min_steps, [STOP] is impossible;
-    - unk_id: [UNK] is never emitted (there is always an alternative);
-    - block_trigrams (Paulus et al. 2017): a token that would repeat a trigram already in the
-      hypothesis gets probability 0;
-    - repeat_exempt: bool [V] (V <= W; ids >= V count as words): a hypothesis may not emit a
-      token it already emitted unless exempt (the repeated-word block; inference.py builds it
-      from the vocabulary).
-    """
-    t = tf.shape(seq)[1]
-    neg = tf.constant(NEG_INF, dtype)
-    keep = tf.constant(_NO_BAN, dtype)
-    rows = tf.range(n)
-    per_row = tf.ones_like(rows)
-    # (rows, cols, values) blocks, each [N * m]
-    blocks = [(rows, stop_id * per_row, tf.fill([n], tf.where(step < min_steps, neg, keep)))]
-    if unk_id is not None:
-        blocks.append((rows, unk_id * per_row, tf.fill([n], neg)))
-    if block_trigrams:
-        last2 = tf.gather(seq, tf.maximum(step - 2, 0), axis=1)  # [N]
-        last1 = tf.gather(seq, tf.maximum(step - 1, 0), axis=1)
-        j = tf.range(t - 2)  # a trigram (seq[j], seq[j+1], seq[j+2]) fully emitted: j + 2 < step
-        match = (
-            tf.equal(seq[:, :-2], last2[:, None])
-            & tf.equal(seq[:, 1:-1], last1[:, None])
-            & (j[None, :] + 2 < step)
-            & (step >= 2)
-        )  # [N, T-2]
-        blocks.append((tf.repeat(rows, t - 2), tf.reshape(seq[:, 2:], [-1]),
-                       tf.reshape(tf.where(match, neg, keep), [-1])))
-    if repeat_exempt is not None:
-        exempt = tf.convert_to_tensor(repeat_exempt, tf.bool)
-        v = tf.shape(exempt)[0]
-        is_exempt = tf.gather(exempt, tf.minimum(seq, v - 1)) & (seq < v)  # [N, T]
-        emitted = tf.range(t)[None, :] < step
-        blocks.append((tf.repeat(rows, t), tf.reshape(seq, [-1]),
-                       tf.reshape(tf.where(emitted & ~is_exempt, neg, keep), [-1])))
-    idx = tf.stack([tf.concat([b[0] for b in blocks], 0), tf.concat([b[1] for b in blocks], 0)],
-                   axis=1)  # [U, 2]
-    return idx, tf.concat([b[2] for b in blocks], 0)
-
-
-def constrain(log_probs: tf.Tensor, seq: tf.Tensor, step: tf.Tensor, *args, **kwargs) -> tf.Tensor:
-    """`ban_entries`' constraints applied to log_probs float [N, W] (the rest of the arguments
-    are ban_entries' after n: stop_id, min_steps, unk_id, block_trigrams, repeat_exempt):
-    banned entries become min(log p, -1e9), by one scatter of the column updates."""
-    idx, values = ban_entries(tf.shape(log_probs)[0], seq, step, *args,
-                              dtype=log_probs.dtype, **kwargs)
-    return tf.tensor_scatter_nd_min(log_probs, idx, values)
-
-
-def _row_top_k(x: tf.Tensor, k, chunk: int = 32):
-    """(values, columns) of the k largest entries of each row of x float [N, W], best first,
-    k <= W: the k best lie among the k chunks of `chunk` columns with the highest maxima (a
-    chunk's maximum bounds its members), so one full-width pass (the chunks' maxima) and a
-    top_k over k * chunk columns replace a top_k over W."""
-    n, width = tf.shape(x)[0], tf.shape(x)[1]
-    chunks = (width + chunk - 1) // chunk
-    padded = tf.cond(tf.equal(width % chunk, 0), lambda: x,
-                     lambda: tf.pad(x, [[0, 0], [0, chunks * chunk - width]],
-                                    constant_values=float("-inf")))
-    blocks = tf.reshape(padded, [n, chunks, chunk])
-    _, best_chunks = tf.math.top_k(tf.reduce_max(blocks, axis=2),
-                                   k=tf.minimum(k, chunks))  # [N, C']
-    picked = tf.reshape(tf.gather(blocks, best_chunks, batch_dims=1), [n, -1])  # [N, C' * c]
-    values, pos = tf.math.top_k(picked, k=k)
-    return values, tf.gather(best_chunks, pos // chunk, batch_dims=1) * chunk + pos % chunk
-
-
-def _merge_rows(row_scores, row_tokens, alive_logp, pool):
-    """The `pool` best (hypothesis, token) of each article from each hypothesis' own best:
-    row_scores float [b*K, R] (log-probs, best first), row_tokens int32 [b*K, R]."""
-    b, k = tf.shape(alive_logp)[0], tf.shape(alive_logp)[1]
-    per_row = tf.shape(row_scores)[1]
-    sums = tf.reshape(tf.reshape(row_scores, [b, k, per_row]) + alive_logp[:, :, None],
-                      [b, k * per_row])
-    scores, idx = tf.math.top_k(sums, k=tf.minimum(pool, k * per_row))  # [b, P]
-    beam = idx // per_row
-    token = tf.gather(tf.reshape(row_tokens, [b, k * per_row]), idx, batch_dims=1)
-    return scores, beam, token
-
-
-def top_candidates(log_probs: tf.Tensor, alive_logp: tf.Tensor, pool, chunk: int = 32):
-    """The `pool` best candidates (hypothesis, token) of each article by summed log-prob.
-
-    log_probs: float [b*K, W]; alive_logp: float [b, K]. Returns (scores float [b, P], beam
-    int32 [b, P], token int32 [b, P]), best first, P = min(pool, K * min(pool, W)).
-
-    Equal to top_k over the [b, K * W] sums (up to the order of exactly equal scores), with less
-    work: a hypothesis' own P best tokens are found by `_row_top_k`, and alive_logp, the same
-    for a whole row, is added to those P only.
-    """
-    row_scores, row_tokens = _row_top_k(
-        log_probs, tf.minimum(pool, tf.shape(log_probs)[1]), chunk)
-    return _merge_rows(row_scores, row_tokens, alive_logp, pool)
-
-
-def mixture_candidates(mix: Mixture, ban_idx: tf.Tensor, ban_values: tf.Tensor, alive_logp,
-                       pool, chunk: int = 32):
-    """`top_candidates` of a Mixture with the constraints `ban_entries`, without forming the
-    [b*K, W] distribution: equal to constraining and searching
-    `pointer.dense_distribution(mix)` (up to the order of exactly equal scores and float
-    rounding; tests/decoding/test_search.py).
-
-    A token that is not in the article has P(w) = p_gen P_vocab(w), so the hypothesis' best
-    such tokens are among the `pool` best of P_vocab (`_row_top_k` over V columns, the banned
-    ones pushed below every allowed one); every token of the article is a candidate with its
-    full eq. 9 probability, the copy attention summed over its positions (a segment sum over
-    L, at the first position of each id). Their log-probabilities, banned ones min(log p,
-    -1e9) as `constrain` leaves them, go to `_merge_rows`.
-    """
-    probs = tf.cast(mix.probs, tf.float32)
-    n, v = tf.shape(probs)[0], tf.shape(probs)[1]
-    l_src = tf.shape(mix.ext_ids)[1]
-    banned_value = tf.constant(-1.0, probs.dtype)
-    col = ban_idx[:, 1]
-    ban = ban_values <= NEG_INF / 2  # [U]
-    # Bans on vocabulary columns: a probability of -1 (below every allowed one).
-    in_vocab = col < v
-    # (TF's scatter copies its input: skipped at the steps that ban nothing, as before
-    # min_steps = 0 and without the [UNK], trigram and repeated-word blocks.)
-    banned_probs = tf.cond(
-        tf.reduce_any(ban & in_vocab),
-        lambda: tf.tensor_scatter_nd_min(
-            probs, tf.stack([ban_idx[:, 0], tf.where(in_vocab, col, 0)], 1),
-            tf.where(ban & in_vocab, banned_value, tf.constant(_NO_BAN, probs.dtype))),
-        lambda: probs)
-    # Bans on the OOV slots (ids >= V): a [N, M + 1] marker (column 0 a dump for the rest).
-    m = tf.maximum(mix.width - v, 0)
-    oov_banned = tf.tensor_scatter_nd_max(
-        tf.zeros([n, m + 1], tf.int32),
-        tf.stack([ban_idx[:, 0], tf.where(~in_vocab, col - v + 1, 0)], 1),
-        tf.cast(ban & ~in_vocab, tf.int32)) > 0
-
-    p_gen = tf.cast(mix.p_gen, tf.float32)[:, None]
-    # The vocabulary's candidates, less those in the article (scored below with their copies).
-    k_vocab = tf.minimum(pool, v)
-    vocab_p, vocab_ids = _row_top_k(banned_probs, k_vocab, chunk)  # [N, P]
-    ext_ids = tf.cast(mix.ext_ids, tf.int32)
-    real = tf.reduce_any(tf.equal(vocab_ids[:, :, None], ext_ids[:, None, :])
-                         & mix.first[:, None, :], axis=2)  # [N, P]: in the article
-    vocab_logp = tf.where(vocab_p < 0, NEG_INF, tf.math.log(tf.maximum(p_gen * vocab_p, 1e-30)))
-    vocab_logp = tf.where(real, float("-inf"), vocab_logp)
-    # The article's tokens: copy attention summed per id, at its first position.
-    copy = tf.math.unsorted_segment_sum(
-        (1.0 - p_gen) * tf.cast(mix.attn, tf.float32),
-        tf.cast(mix.slot, tf.int32) + tf.range(n)[:, None] * l_src, n * l_src)
-    copy = tf.reshape(copy, [n, l_src])
-    # P_vocab read back from the banned copy: a banned id's -1 marks it banned, and its score
-    # is then min(log p, -1e9) whatever p is.
-    is_vocab = ext_ids < v
-    at_src = tf.where(is_vocab, tf.gather(banned_probs, tf.minimum(ext_ids, v - 1), batch_dims=1),
-                      0.0)
-    gen = p_gen * tf.maximum(at_src, 0.0)
-    src_banned = tf.where(
-        is_vocab, at_src < 0,
-        tf.gather(oov_banned, tf.clip_by_value(ext_ids - v + 1, 0, m), batch_dims=1))
-    src_logp = tf.math.log(tf.maximum(gen + copy, 1e-30))
-    src_logp = tf.where(src_banned, tf.minimum(src_logp, NEG_INF), src_logp)
-    src_logp = tf.where(mix.first, src_logp, float("-inf"))
-
-    cand_logp = tf.concat([vocab_logp, src_logp], 1)  # [N, P + L]
-    cand_ids = tf.concat([vocab_ids, ext_ids], 1)
-    row_scores, pos = tf.math.top_k(cand_logp, k=tf.minimum(pool, k_vocab + l_src))
-    return _merge_rows(row_scores, tf.gather(cand_ids, pos, batch_dims=1), alive_logp, pool)
 
 
 def _recombined(cand_seq, is_stop, valid, step, window: int):
@@ -374,16 +185,17 @@ class BeamSearch(DecodingStrategy):
     `step` scores every extension, selects the candidates, keeps the finished hypotheses and
     reorders the state (`beam_search` runs it).
 
-    Args:
+    Args (all but step_fn by name):
       step_fn: the search interface (module docstring).
-      batch_size B, beam_size K, max_steps T, min_steps: ints or int32 scalars.
+      batch_size B, beam_size K, max_steps T: ints or int32 scalars.
+      start_id: the [START] id.
+      constraints: what may not be emitted (decoding.constraints.Constraints: [STOP] before
+        min_steps, [UNK], trigram blocking, the repeated-word block).
       length_penalty: 0 = average log-prob (See et al.), alpha > 0 = GNMT's.
-      block_trigrams: Paulus et al.'s trigram blocking. unk_id: if set, [UNK] is never emitted.
       return_extras: True (= ("attn", "p_gen")) or a tuple of "attn", "p_gen", "src_pos": the
         best hypothesis' attention [B, T, L], p_gen [B, T], argmax of the attention int32
         [B, T] (step_fn's extras "attn" [N, L] and "p_gen" [N]); "attn" needs src_len.
       coverage_penalty: GNMT's beta (0 = off); needs src_len and the extra "attn".
-      repeat_exempt: bool [V] or None: the repeated-word block (`constrain`).
       recombine_window: C > 0 merges hypotheses with the same last C ids (0 = off).
       compact_below: finished articles leave the batch once the live ones are at most this
         share of the rows decoded (1.0: at every step where one finishes; 0: never).
@@ -399,25 +211,23 @@ class BeamSearch(DecodingStrategy):
     def __init__(
         self,
         step_fn,
+        *,
         batch_size,
         beam_size,
         max_steps,
         start_id: int,
-        stop_id: int,
-        min_steps=0,
+        constraints: Constraints,
         length_penalty: float = 0.0,
-        block_trigrams: bool = False,
-        unk_id: int | None = None,
         return_extras=False,
         src_len=None,
         coverage_penalty: float = 0.0,
-        repeat_exempt=None,
         recombine_window: int = 0,
         compact_below: float = 1.0,
     ):
         self.step_fn = step_fn
         self.batch_size, self.beam_size, self.max_steps = batch_size, beam_size, max_steps
-        self.start_id, self.stop_id = start_id, stop_id
+        self.start_id, self.stop_id = start_id, constraints.stop_id
+        self.constraints = constraints
         self.length_penalty = length_penalty
         self.extras = _wanted_extras(return_extras)
         self.src_len = src_len
@@ -427,9 +237,6 @@ class BeamSearch(DecodingStrategy):
         if ("attn" in self.extras or self.beta > 0) and src_len is None:
             raise ValueError("beam_search: src_len is needed for the attention extras and the "
                              "coverage penalty")
-        # `ban_entries`' arguments after (n, seq, step)
-        self.constraints = dict(stop_id=stop_id, min_steps=min_steps, unk_id=unk_id,
-                                block_trigrams=block_trigrams, repeat_exempt=repeat_exempt)
         self.pool = 2 * beam_size
         if self.recombine_window:
             self.pool = tf.maximum(self.pool, beam_size * beam_size)
@@ -557,16 +364,15 @@ class BeamSearch(DecodingStrategy):
     def _candidates(self, step, here, state: BeamState, log_probs, b, k_in,
                     first: bool) -> _Candidates:
         """See et al.: every hypothesis extended by every token, the best `pool` (2K) of an
-        article by summed log-probability, after the constraints of `ban_entries` (min length,
-        no-UNK, trigram blocking of Paulus et al. 2017, the repeated-word block). A `Mixture` is
-        searched in parts (`mixture_candidates`), a dense distribution whole."""
+        article by summed log-probability, under the constraints (min length, no-UNK, trigram
+        blocking of Paulus et al. 2017, the repeated-word block). A `Mixture` is searched in
+        parts (decoding.mixture), a dense distribution whole (decoding.candidates)."""
         seq = tf.reshape(state.alive_seq, [b * k_in, self.max_steps])
         if isinstance(log_probs, Mixture):
-            ban_idx, ban_values = ban_entries(b * k_in, seq, step, **self.constraints)
-            scores, beam, token = mixture_candidates(log_probs, ban_idx, ban_values,
+            scores, beam, token = mixture_candidates(log_probs, self.constraints, seq, step,
                                                      state.alive_logp, self.pool)
         else:
-            log_probs = constrain(tf.cast(log_probs, tf.float32), seq, step, **self.constraints)
+            log_probs = self.constraints.apply(tf.cast(log_probs, tf.float32), seq, step)
             scores, beam, token = top_candidates(log_probs, state.alive_logp, self.pool)
         if first:  # at least K candidates (fewer only when W < K), the missing ones invalid;
             # in the loop K * min(2K, W) >= K
@@ -704,12 +510,11 @@ class BeamSearch(DecodingStrategy):
                                     out=state.out)
 
 
-def beam_search(step_fn, initial_state, *args, **kwargs):
-    """Runs the search (semantics in the module docstring): `BeamSearch(step_fn, *args,
-    **kwargs)` by `dynamic_decode` from `initial_state`, a nest of [B*K, ...] tensors (already
-    tiled with `tile_beams`). The other arguments, in order, and the result are `BeamSearch`'s.
-    """
-    return dynamic_decode(BeamSearch(step_fn, *args, **kwargs), initial_state)
+def beam_search(step_fn, initial_state, **kwargs):
+    """Runs the search (semantics in the module docstring): `BeamSearch(step_fn, **kwargs)` by
+    `dynamic_decode` from `initial_state`, a nest of [B*K, ...] tensors (already tiled with
+    `tile_beams`). The arguments, by name, and the result are `BeamSearch`'s."""
+    return dynamic_decode(BeamSearch(step_fn, **kwargs), initial_state)
 
 
 def _with_article(state, source):

@@ -93,8 +93,8 @@ def final_distribution(
 class Mixture(NamedTuple):
     """A pointer model's next-token distribution in parts (See et al. 2017 eq. 9):
     P(w) = p_gen P_vocab(w) + (1 - p_gen) sum_{i: ext_ids_i = w} attn_i, for a search that
-    scores only the tokens that can rank among the best (`mixture_candidates` in
-    pgn_tf.decoding.beam_search) instead of forming P over the whole extended vocabulary.
+    scores only the tokens that can rank among the best (pgn_tf.decoding.mixture's
+    `mixture_candidates`) instead of forming P over the whole extended vocabulary.
 
     probs float32 [N, V] (P_vocab); p_gen float32 [N]; attn float32 [N, L]; ext_ids int32
     [N, L] (extended ids of the source positions); slot int32 [N, L] and first bool [N, L]

@@ -7,21 +7,23 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.decoding import greedy, sampling
-from pgn_tf.decoding.beam_search import (
-    ARTICLE,
-    NEG_INF,
-    ban_entries,
-    beam_search,
-    constrain,
-    gnmt_coverage_penalty,
-    mixture_candidates,
-    tile_beams,
-    top_candidates,
-)
+from pgn_tf.decoding.beam_search import ARTICLE, beam_search, gnmt_coverage_penalty, tile_beams
+from pgn_tf.decoding.candidates import top_candidates
+from pgn_tf.decoding.constraints import NEG_INF, Constraints
+from pgn_tf.decoding.mixture import mixture_candidates
 from pgn_tf.layers.pointer import Mixture, copy_slots, dense_distribution
 from tests.decoding.see_reference import see_beam_search
 
 W, STOP, START = 4, 3, 0  # tokens 0, 1, 2 and [STOP]; [START] reuses id 0 as the first input
+CONSTRAINT_KEYS = ("min_steps", "unk_id", "block_trigrams", "repeat_exempt")
+
+
+def search_kw(batch, max_steps, beam=None, **kw) -> dict:
+    """A search's arguments by name, the constraint keys of kw gathered into Constraints."""
+    found = {k: kw.pop(k) for k in CONSTRAINT_KEYS if k in kw}
+    beam_kw = {} if beam is None else {"beam_size": beam}
+    return dict(batch_size=batch, max_steps=max_steps, start_id=START,
+                constraints=Constraints(STOP, **found), **beam_kw, **kw)
 
 
 def make_tables(seed, steps):
@@ -67,7 +69,7 @@ def exhaustive(table, max_steps, min_steps=0):
 
 def run_beam(table, batch, beam, max_steps, **kw):
     state = tile_beams({"sum": tf.zeros([batch], tf.int32)}, beam)
-    return beam_search(fake_step_fn(table), state, batch, beam, max_steps, START, STOP, **kw)
+    return beam_search(fake_step_fn(table), state, **search_kw(batch, max_steps, beam, **kw))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -89,7 +91,7 @@ def test_wide_beam_equals_exhaustive_search(seed, min_steps):
 def test_beam_one_equals_greedy(seed):
     table = make_tables(seed + 10, 6)
     beam = run_beam(table, 3, 1, 6)
-    g = greedy.search(fake_step_fn(table), {"sum": tf.zeros([3], tf.int32)}, 3, 6, START, STOP)
+    g = greedy.search(fake_step_fn(table), {"sum": tf.zeros([3], tf.int32)}, **search_kw(3, 6))
     np.testing.assert_array_equal(beam["ids"].numpy(), g["ids"].numpy())
     np.testing.assert_array_equal(beam["length"].numpy(), g["length"].numpy())
 
@@ -100,7 +102,7 @@ def test_beam_finds_better_than_greedy_on_a_trap():
     t = np.full((3, W, 2, W), np.log(0.25), "float32")
     t[0, START, 0] = np.log([1e-6, 0.6, 0.4 - 2e-6, 1e-6])
     t[1, 2, :] = np.log([1e-6, 1e-6, 1e-6, 1 - 3e-6])
-    g = greedy.search(fake_step_fn(t), {"sum": tf.zeros([1], tf.int32)}, 1, 3, START, STOP)
+    g = greedy.search(fake_step_fn(t), {"sum": tf.zeros([1], tf.int32)}, **search_kw(1, 3))
     b = run_beam(t, 1, 2, 3)
     assert g["ids"].numpy()[0, 0] == 1
     assert b["ids"].numpy()[0].tolist()[:1] == [2] and int(b["length"][0]) == 1
@@ -124,8 +126,8 @@ def test_trigram_blocking_and_min_length():
 
 def test_constrain_bans_stop_before_min_and_unk():
     lp = tf.zeros([2, 5])
-    out = constrain(lp, tf.zeros([2, 4], tf.int32), tf.constant(1), stop_id=3, min_steps=2,
-                    unk_id=1).numpy()
+    out = Constraints(stop_id=3, min_steps=2, unk_id=1).apply(
+        lp, tf.zeros([2, 4], tf.int32), tf.constant(1)).numpy()
     assert np.all(out[:, 3] < -1e8) and np.all(out[:, 1] < -1e8) and np.all(out[:, [0, 2, 4]] == 0)
 
 
@@ -142,8 +144,8 @@ def test_extras_follow_the_chosen_hypothesis():
 
 def test_sampling_draws_valid_sequences():
     table = make_tables(4, 6)
-    res = sampling.search(fake_step_fn(table), {"sum": tf.zeros([64], tf.int32)}, 64, 6,
-                          START, STOP, seed=1)
+    res = sampling.search(fake_step_fn(table), {"sum": tf.zeros([64], tf.int32)},
+                          **search_kw(64, 6), seed=1)
     lengths = res["length"].numpy()
     assert len(set(map(tuple, res["ids"].numpy().tolist()))) > 3  # not all the same
     assert np.all(res["step_log_probs"].numpy() <= 0) and np.all(lengths <= 6)
@@ -190,8 +192,8 @@ def searcher(tables, beam, max_steps, graph=False, **kw):
     """articles (list of ints) -> the batched search's result as numpy arrays."""
 
     def run(arts):
-        return beam_search(article_step_fn(tables), article_state(arts, beam), tf.shape(arts)[0],
-                           beam, max_steps, START, STOP, src_len=L, **kw)
+        return beam_search(article_step_fn(tables), article_state(arts, beam),
+                           **search_kw(tf.shape(arts)[0], max_steps, beam, src_len=L, **kw))
 
     if graph:  # the batch dimension is unknown while tracing, as in the exported graph
         run = tf.function(run, input_signature=[tf.TensorSpec([None], tf.int32)])
@@ -338,8 +340,8 @@ def test_fixed_length_with_recombination_is_exact_on_a_markov_model(seed, window
     table = markov_tables(seed, n, width, window)
     beam = 3 ** window  # one hypothesis per distinct window: recombination makes it Viterbi
     state = tile_beams({"ctx": tf.fill([2, window], START)}, beam)
-    res = beam_search(markov_step_fn(table, window), state, 2, beam, n, START, STOP,
-                      min_steps=n, recombine_window=window)
+    res = beam_search(markov_step_fn(table, window), state,
+                      **search_kw(2, n, beam, min_steps=n, recombine_window=window))
     best = max(itertools.product(range(3), repeat=n),
                key=lambda s: markov_score(table, s, window))
     for b in range(2):
@@ -353,7 +355,7 @@ def test_recombination_matches_the_reference():
     table = markov_tables(5, 6, 5, 2)
     state = tile_beams({"ctx": tf.fill([1, 2], START)}, 3)
     fn = markov_step_fn(table, 2)
-    res = beam_search(fn, state, 1, 3, 6, START, STOP, min_steps=6, recombine_window=2)
+    res = beam_search(fn, state, **search_kw(1, 6, 3, min_steps=6, recombine_window=2))
     tokens, score = see_beam_search(fn, state, 3, 6, START, STOP, min_steps=6,
                                     recombine_window=2)
     assert res["ids"].numpy()[0].tolist() == tokens
@@ -407,8 +409,8 @@ def test_first_step_runs_one_row_an_article_and_gives_the_same_result():
         return step_fn(ids, step, state)
 
     articles, beam = [0, 1, 2, 3], 3
-    res = beam_search(counting, article_state(articles, beam), 4, beam, 6, START, STOP,
-                      src_len=L, min_steps=2, compact_below=0.0)
+    res = beam_search(counting, article_state(articles, beam),
+                      **search_kw(4, 6, beam, src_len=L, min_steps=2, compact_below=0.0))
     assert rows[0] == (0, 4) and rows[1] == (1, 12)
     res = {k: v.numpy() for k, v in res.items()}
     assert_matches_reference(res, tables, articles, beam, 6, min_steps=2)
@@ -417,8 +419,8 @@ def test_first_step_runs_one_row_an_article_and_gives_the_same_result():
 @pytest.mark.parametrize("batch,max_steps", [(0, 5), (2, 0)])
 def test_an_empty_batch_or_no_steps_decodes_nothing(batch, max_steps):
     tables = make_articles(5, 4, 6)
-    res = beam_search(article_step_fn(tables), article_state(list(range(batch)), 3), batch, 3,
-                      max_steps, START, STOP, src_len=L)
+    res = beam_search(article_step_fn(tables), article_state(list(range(batch)), 3),
+                      **search_kw(batch, max_steps, 3, src_len=L))
     assert res["ids"].shape == (batch, max_steps)
     assert not res["length"].numpy().any() and not res["ids"].numpy().any()
 
@@ -471,10 +473,11 @@ def test_mixture_candidates_equal_the_dense_distribution(seed, bans):
     step = tf.constant(4)
     alive = rng.normal(size=(b, beam)).astype("float32")
     alive[2, 2:] = NEG_INF  # dead beams
-    dense = constrain(dense_distribution(mix), tf.constant(seq), step, STOP, **kw)
+    constraints = Constraints(STOP, **kw)
+    dense = constraints.apply(dense_distribution(mix), tf.constant(seq), step)
     want = top_candidates(dense, tf.constant(alive), 2 * beam)
-    idx, values = ban_entries(n, tf.constant(seq), step, STOP, **kw)
-    got = mixture_candidates(mix, idx, values, tf.constant(alive), 2 * beam)
+    got = mixture_candidates(mix, constraints, tf.constant(seq), step, tf.constant(alive),
+                             2 * beam)
     np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5)
     valid = want[0].numpy() > NEG_INF / 2
     assert valid.sum() > b  # something is allowed
@@ -531,8 +534,8 @@ def test_beam_search_on_a_mixture_equals_it_on_the_dense_distribution(beam, cons
         fn = mixture_step_fn((logits, attn), tf.constant(ids), tf.constant(mask), vocab, oovs,
                              dense)
         state = article_state(list(range(n_art)), beam)
-        res = beam_search(fn, state, n_art, beam, steps, START, STOP, src_len=src_len,
-                          return_extras=("src_pos",), **kw)
+        res = beam_search(fn, state, **search_kw(n_art, steps, beam, src_len=src_len,
+                                                 return_extras=("src_pos",), **kw))
         out[dense] = {k: v.numpy() for k, v in res.items()}
     for k in ("ids", "length", "src_pos"):
         np.testing.assert_array_equal(out[False][k], out[True][k])

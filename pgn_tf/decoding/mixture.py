@@ -1,0 +1,84 @@
+"""A pointer model's step distribution searched in parts (See et al. 2017 eq. 9): the
+candidates of a `layers.pointer.Mixture` (P_vocab, p_gen, the attention and the source ids)
+without forming its [b*K, W] extended-vocabulary distribution. Beam search hands a Mixture here
+and a dense distribution to decoding.candidates; the result is the same."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from pgn_tf.decoding.candidates import merge_rows, row_top_k
+from pgn_tf.decoding.constraints import NEG_INF, NO_BAN, Constraints
+from pgn_tf.layers.pointer import Mixture
+
+
+def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, step: tf.Tensor,
+                       alive_logp: tf.Tensor, pool, chunk: int = 32):
+    """`candidates.top_candidates` of a Mixture under `constraints`, without forming the
+    [b*K, W] distribution: equal to `constraints.apply` and `top_candidates` on
+    `pointer.dense_distribution(mix)` (up to the order of exactly equal scores and float
+    rounding; tests/decoding/test_search.py). seq: int32 [b*K, T], the hypotheses' tokens so
+    far; alive_logp: float [b, K]; returns (scores, beam, token), each [b, P].
+
+    A token that is not in the article has P(w) = p_gen P_vocab(w), so the hypothesis' best
+    such tokens are among the `pool` best of P_vocab (`row_top_k` over V columns, the banned
+    ones pushed below every allowed one); every token of the article is a candidate with its
+    full eq. 9 probability, the copy attention summed over its positions (a segment sum over
+    L, at the first position of each id). Their log-probabilities, banned ones min(log p,
+    -1e9) as `Constraints.apply` leaves them, go to `merge_rows`.
+    """
+    probs = tf.cast(mix.probs, tf.float32)
+    n, v = tf.shape(probs)[0], tf.shape(probs)[1]
+    ban_idx, ban_values = constraints.ban_entries(n, seq, step)
+    l_src = tf.shape(mix.ext_ids)[1]
+    banned_value = tf.constant(-1.0, probs.dtype)
+    col = ban_idx[:, 1]
+    ban = ban_values <= NEG_INF / 2  # [U]
+    # Bans on vocabulary columns: a probability of -1 (below every allowed one).
+    in_vocab = col < v
+    # (TF's scatter copies its input: skipped at the steps that ban nothing, as before
+    # min_steps = 0 and without the [UNK], trigram and repeated-word blocks.)
+    banned_probs = tf.cond(
+        tf.reduce_any(ban & in_vocab),
+        lambda: tf.tensor_scatter_nd_min(
+            probs, tf.stack([ban_idx[:, 0], tf.where(in_vocab, col, 0)], 1),
+            tf.where(ban & in_vocab, banned_value, tf.constant(NO_BAN, probs.dtype))),
+        lambda: probs)
+    # Bans on the OOV slots (ids >= V): a [N, M + 1] marker (column 0 a dump for the rest).
+    m = tf.maximum(mix.width - v, 0)
+    oov_banned = tf.tensor_scatter_nd_max(
+        tf.zeros([n, m + 1], tf.int32),
+        tf.stack([ban_idx[:, 0], tf.where(~in_vocab, col - v + 1, 0)], 1),
+        tf.cast(ban & ~in_vocab, tf.int32)) > 0
+
+    p_gen = tf.cast(mix.p_gen, tf.float32)[:, None]
+    # The vocabulary's candidates, less those in the article (scored below with their copies).
+    k_vocab = tf.minimum(pool, v)
+    vocab_p, vocab_ids = row_top_k(banned_probs, k_vocab, chunk)  # [N, P]
+    ext_ids = tf.cast(mix.ext_ids, tf.int32)
+    real = tf.reduce_any(tf.equal(vocab_ids[:, :, None], ext_ids[:, None, :])
+                         & mix.first[:, None, :], axis=2)  # [N, P]: in the article
+    vocab_logp = tf.where(vocab_p < 0, NEG_INF, tf.math.log(tf.maximum(p_gen * vocab_p, 1e-30)))
+    vocab_logp = tf.where(real, float("-inf"), vocab_logp)
+    # The article's tokens: copy attention summed per id, at its first position.
+    copy = tf.math.unsorted_segment_sum(
+        (1.0 - p_gen) * tf.cast(mix.attn, tf.float32),
+        tf.cast(mix.slot, tf.int32) + tf.range(n)[:, None] * l_src, n * l_src)
+    copy = tf.reshape(copy, [n, l_src])
+    # P_vocab read back from the banned copy: a banned id's -1 marks it banned, and its score
+    # is then min(log p, -1e9) whatever p is.
+    is_vocab = ext_ids < v
+    at_src = tf.where(is_vocab, tf.gather(banned_probs, tf.minimum(ext_ids, v - 1), batch_dims=1),
+                      0.0)
+    gen = p_gen * tf.maximum(at_src, 0.0)
+    src_banned = tf.where(
+        is_vocab, at_src < 0,
+        tf.gather(oov_banned, tf.clip_by_value(ext_ids - v + 1, 0, m), batch_dims=1))
+    src_logp = tf.math.log(tf.maximum(gen + copy, 1e-30))
+    src_logp = tf.where(src_banned, tf.minimum(src_logp, NEG_INF), src_logp)
+    src_logp = tf.where(mix.first, src_logp, float("-inf"))
+
+    cand_logp = tf.concat([vocab_logp, src_logp], 1)  # [N, P + L]
+    cand_ids = tf.concat([vocab_ids, ext_ids], 1)
+    row_scores, pos = tf.math.top_k(cand_logp, k=tf.minimum(pool, k_vocab + l_src))
+    return merge_rows(row_scores, tf.gather(cand_ids, pos, batch_dims=1), alive_logp, pool)
