@@ -30,9 +30,9 @@ import tensorflow as tf
 from benchmarks.common import cpu_flags, emit
 from benchmarks.train_throughput import measure
 from pgn_tf import config as config_lib
-from pgn_tf import train
 from pgn_tf.data import dataset, synthetic
 from pgn_tf.inference import Summarizer
+from pgn_tf.training import distribute
 from pgn_tf.training.trainer import Trainer
 
 DEFAULT_CONFIGS = ("reference_onmt", "see2017_coverage", "paulus2017")
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--decode_articles", type=int, default=64)
     p.add_argument("--decode_length", type=int, default=100)
     a = p.parse_args(argv)
-    strategy = train.make_strategy("mirrored")
+    strategy = distribute.make_strategy("mirrored")
     devices = device_report()
     print(f"device: {devices['device']} {devices['gpus'] or ''} (TensorFlow built with CUDA "
           f"{devices['cuda_version'] or '-'}, cuDNN {devices['cudnn_version'] or '-'}); CPU "

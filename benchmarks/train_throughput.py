@@ -35,9 +35,9 @@ import tensorflow as tf  # noqa: E402
 
 from benchmarks.common import emit, top_ops  # noqa: E402
 from pgn_tf import config as config_lib  # noqa: E402
-from pgn_tf import train  # noqa: E402
 from pgn_tf.data import dataset, synthetic  # noqa: E402
 from pgn_tf.model_dir import ModelDir  # noqa: E402
+from pgn_tf.training import distribute  # noqa: E402
 from pgn_tf.training.trainer import Trainer  # noqa: E402
 
 
@@ -161,8 +161,8 @@ def main() -> None:
     p.add_argument("--profile", metavar="DIR", help="tf.profiler trace of 5 more steps")
     a = p.parse_args()
     if a.cpu_devices > 1:
-        train.set_cpu_devices(a.cpu_devices)
-    strategy = train.make_strategy("mirrored")
+        distribute.set_cpu_devices(a.cpu_devices)
+    strategy = distribute.make_strategy("mirrored")
     cfg = config_lib.resolve(a.config, a.set)
     work = tempfile.mkdtemp(prefix="train_bench-")
     if a.data:

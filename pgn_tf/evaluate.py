@@ -29,9 +29,11 @@ if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf
 
     raise SystemExit(run_command("pgn_tf.evaluate"))
 import argparse
+import dataclasses
 import json
 import os
 import time
+from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -313,55 +315,90 @@ def read_decoded_file(path: str, n: int) -> list[str]:
     return lines[:n]
 
 
-def evaluate(args) -> dict:
-    if args.baseline and args.baseline not in BASELINES:
-        raise UserError(f"unknown --baseline '{args.baseline}' ({', '.join(BASELINES)})")
-    if args.baseline and args.decoded:
+@dataclasses.dataclass
+class Evaluation:
+    """What `evaluate` returns: the metrics (the JSON line `python -m pgn_tf.evaluate` prints)
+    and one row per example (id, decoded, reference; a digest's block counts), in the data's
+    order."""
+
+    metrics: dict
+    rows: list[dict]
+
+
+def evaluate(data: str, model_dir: str | None = None, *, data_format: str | None = None,
+             limit: int | None = None, beam_size: int | None = None,
+             batch_size: int | None = None, output_dir: str | None = None,
+             checkpoint: str = "best", overrides: Sequence[str] = (),
+             baseline: str | None = None, decoded: str | None = None, lead_sentences: int = 3,
+             lead_words: int | None = None, bootstrap: int = 1000,
+             rouge_recall_bytes: int | None = None, progress: bool = True) -> Evaluation:
+    """Scores a model's summaries of `data` (decoded here, by Summarizer's batched beam search),
+    a baseline's, or a file's (ROUGE with bootstrap intervals, repetition, novelty, the
+    digests' blocks; perplexity and p_gen for a model).
+
+    Args:
+      data: any pgn_tf data path; limit: its first N examples.
+      model_dir: the model (its `checkpoint`: best, latest or a path); overrides:
+        "section.key=value" on its config (decode.*, data.*).
+      baseline: "lead" (lead_sentences, or lead_words) or "lead_blocks"; decoded: a file of
+        summaries, one a line; either scores without decoding (model_dir then only gives the
+        tokenizer's config).
+      beam_size, batch_size: decoding's (default the config's).
+      output_dir: where decoded.jsonl, decoded.txt, reference.txt and metrics_NAME.json go
+        (default <model_dir>/eval_<data name> with a model dir; none without).
+      bootstrap: resamples of the confidence intervals (0: none);
+      rouge_recall_bytes: also ROUGE recall of summaries cut to N bytes (DUC: 75).
+    Raises UserError for a bad combination or path.
+    """
+    decoded_file = decoded
+    if baseline and baseline not in BASELINES:
+        raise UserError(f"unknown baseline '{baseline}' ({', '.join(BASELINES)})")
+    if baseline and decoded_file:
         raise UserError("give --baseline or --decoded, not both")
-    no_model = bool(args.baseline or args.decoded)
+    no_model = bool(baseline or decoded_file)
     if no_model:
         cfg = config_lib.Config()
-        if args.model_dir:
-            cfg = config_lib.load_from_model_dir(args.model_dir)
-        config_lib.apply_overrides(cfg, args.set)  # data.* choose the tokenizer and the cut
+        if model_dir:
+            cfg = config_lib.load_from_model_dir(model_dir)
+        config_lib.apply_overrides(cfg, list(overrides))  # data.* choose the tokenizer and the cut
     else:
-        if not args.model_dir:
+        if not model_dir:
             raise UserError("--model_dir is required unless --baseline or --decoded is given")
-        summarizer = Summarizer.from_model_dir(args.model_dir, args.checkpoint)
+        summarizer = Summarizer.from_model_dir(model_dir, checkpoint)
         cfg = summarizer.cfg
-        config_lib.apply_overrides(cfg, args.set)
-    examples = read_split(args.data, args.data_format, args.limit)
+        config_lib.apply_overrides(cfg, list(overrides))
+    examples = read_split(data, data_format, limit)
     art_tokens = tokenize_texts([e.article for e in examples], cfg.data)
     references = [reference_text(e.summary, cfg.data) for e in examples]
     blocks = article_blocks(examples, references, cfg.data)
     pgens: list[float] = []
-    if args.decoded:
-        decoded = tokenize_texts(read_decoded_file(args.decoded, len(examples)), cfg.data)
+    if decoded_file:
+        decoded = tokenize_texts(read_decoded_file(decoded_file, len(examples)), cfg.data)
         seconds = 0.0
         name = "decoded"
-    elif args.baseline == "lead_blocks":
+    elif baseline == "lead_blocks":
         if not any(blocks):
             raise UserError(f"--baseline lead_blocks needs digests (articles of blocks between "
-                            f"blank lines, one summary line per block); {args.data} has none")
+                            f"blank lines, one summary line per block); {data} has none")
         decoded = [lead_blocks(b, cfg.data.max_enc_steps) if b else lead(a, 1, None)
                    for a, b in zip(art_tokens, blocks)]
         seconds = 0.0
         name = "lead_blocks"
-    elif args.baseline:
-        words = args.lead_words
-        sentences = None if words is not None else args.lead_sentences
+    elif baseline:
+        words = lead_words
+        sentences = None if words is not None else lead_sentences
         decoded = [lead(a, sentences, words) for a in art_tokens]
         seconds = 0.0
         name = f"lead{words}w" if words is not None else f"lead{sentences}"
     else:
-        batch = args.batch_size or cfg.decode.batch_size
+        batch = batch_size or cfg.decode.batch_size
         decoded, pgens, seconds, raw = decode_examples(
-            summarizer, examples, batch, args.beam_size, want_pgen=cfg.model.pointer_gen,
-            verbose=0 if args.quiet else 1, lengths=[len(a) for a in art_tokens])
+            summarizer, examples, batch, beam_size, want_pgen=cfg.model.pointer_gen,
+            verbose=1 if progress else 0, lengths=[len(a) for a in art_tokens])
         name = "model"
     metrics = {"system": name, "examples": len(examples)}
-    metrics.update(score(decoded, references, art_tokens, args.bootstrap,
-                         args.rouge_recall_bytes))
+    metrics.update(score(decoded, references, art_tokens, bootstrap,
+                         rouge_recall_bytes))
     digest, per_digest = digest_metrics.score(
         decoded, references, [[len(x) for x in b] if b else None for b in blocks],
         cfg.data.max_enc_steps)
@@ -375,19 +412,21 @@ def evaluate(args) -> dict:
     if seconds:
         metrics["decode_seconds"] = round(seconds, 2)
         metrics["articles_per_sec"] = round(len(examples) / seconds, 2)
-        metrics["beam_size"] = args.beam_size or cfg.decode.beam_size
-    out_dir = args.output_dir or (
-        os.path.join(args.model_dir, "eval_" + os.path.basename(args.data.rstrip("/")).split(".")[0])
-        if args.model_dir else None)
+        metrics["beam_size"] = beam_size or cfg.decode.beam_size
+    out_dir = output_dir or (
+        os.path.join(model_dir, "eval_" + os.path.basename(data.rstrip("/")).split(".")[0])
+        if model_dir else None)
+    rows = []
+    for ex, d, r, g in zip(examples, decoded, references, per_digest):
+        row = {"id": ex.id, "decoded": " ".join(d), "reference": r}
+        if g:  # a digest's counts, for paired tests (digest_metrics.per_example_shares)
+            row.update(blocks=g["blocks"], blocks_matched=g["matched"],
+                       sentences=g["sentences"], repeated_sentences=g["repeated"])
+        rows.append(row)
     if out_dir:
         os.makedirs(out_dir, exist_ok=True)
         with open(os.path.join(out_dir, "decoded.jsonl"), "w") as f:
-            for ex, d, r, g in zip(examples, decoded, references, per_digest):
-                row = {"id": ex.id, "decoded": " ".join(d), "reference": r}
-                if g:  # a digest's counts, for paired tests (digest_metrics.per_example_shares)
-                    row.update(blocks=g["blocks"], blocks_matched=g["matched"],
-                               sentences=g["sentences"], repeated_sentences=g["repeated"])
-                f.write(json.dumps(row) + "\n")
+            f.writelines(json.dumps(row) + "\n" for row in rows)
         with open(os.path.join(out_dir, "decoded.txt"), "w") as f:
             f.writelines(" ".join(d) + "\n" for d in decoded)
         with open(os.path.join(out_dir, "reference.txt"), "w") as f:
@@ -395,8 +434,7 @@ def evaluate(args) -> dict:
         with open(os.path.join(out_dir, f"metrics_{name}.json"), "w") as f:
             json.dump(metrics, f, indent=2)
         metrics["output_dir"] = out_dir
-    print(json.dumps(metrics))
-    return metrics
+    return Evaluation(metrics, rows)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -427,5 +465,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def run(args) -> Evaluation:
+    """The parsed flags -> `evaluate` (the library call); prints its metrics as one JSON line."""
+    result = evaluate(
+        args.data, args.model_dir, data_format=args.data_format, limit=args.limit,
+        beam_size=args.beam_size, batch_size=args.batch_size, output_dir=args.output_dir,
+        checkpoint=args.checkpoint, overrides=args.set, baseline=args.baseline,
+        decoded=args.decoded, lead_sentences=args.lead_sentences, lead_words=args.lead_words,
+        bootstrap=args.bootstrap, rouge_recall_bytes=args.rouge_recall_bytes,
+        progress=not args.quiet)
+    print(json.dumps(result.metrics))
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
-    return run_cli("pgn_tf.evaluate", evaluate, build_parser().parse_args(argv))
+    return run_cli("pgn_tf.evaluate", run, build_parser().parse_args(argv))

@@ -14,12 +14,14 @@ if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf
 
     raise SystemExit(run_command("pgn_tf.quickstart"))
 import argparse
+import json
 import os
 
 import tensorflow as tf
 
-from pgn_tf import evaluate, export, train
+from pgn_tf import evaluate, export
 from pgn_tf.inference import Summarizer
+from pgn_tf.training.run import train
 from pgn_tf.utils.errors import run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
@@ -27,9 +29,7 @@ from pgn_tf.utils.quiet import add_verbose_flag
 def run(args) -> None:
     model_dir = os.path.join(args.workdir, "model")
     print(f"== 1. training the tiny pointer-generator in {model_dir}")
-    train_args = train.build_parser().parse_args(
-        ["--model_dir", model_dir, "--config", "tiny"] + sum((["--set", s] for s in args.set), []))
-    train.run(train_args)
+    train(model_dir, "tiny", args.set)
 
     print("\n== 2. summarizing validation articles")
     valid = os.path.join(model_dir, "synthetic", "validation-00000-of-00001.tfrecord")
@@ -38,9 +38,7 @@ def run(args) -> None:
     out = summarizer.summarize(tf.constant([e.article for e in examples]))
     for ex, s in zip(examples, out["summaries"].numpy()):
         print(f"article:   {ex.article[:110]}...\nreference: {ex.summary}\nsummary:   {s.decode()}\n")
-    eval_args = evaluate.build_parser().parse_args(
-        ["--model_dir", model_dir, "--data", valid, "--limit", "200", "--quiet"])
-    evaluate.evaluate(eval_args)
+    print(json.dumps(evaluate.evaluate(valid, model_dir, limit=200, progress=False).metrics))
 
     print("\n== 3. exporting the SavedModel")
     base = os.path.join(args.workdir, "export")

@@ -183,17 +183,12 @@ def preprocess_step(inputs: dict, out_dir: str) -> dict:
 
 
 def train_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:
-    from pgn_tf import train
+    from pgn_tf.training.run import train
 
-    argv = ["--model_dir", out_dir, "--config", inputs["config"],
-            "--train_data", inputs["train"], "--eval_data", inputs["validation"],
-            "--set", f"data.vocab_path={inputs['vocab']}",
-            "--set", f"data.vocab_size={inputs['vocab_size']}"]
-    for item in inputs["set"]:
-        argv += ["--set", item]
-    if not verbose:
-        argv.append("--quiet")
-    result = train.run(train.build_parser().parse_args(argv))
+    overrides = [f"data.vocab_path={inputs['vocab']}",
+                 f"data.vocab_size={inputs['vocab_size']}", *inputs["set"]]
+    result = train(out_dir, inputs["config"], overrides, train_data=inputs["train"],
+                   eval_data=inputs["validation"], progress=bool(verbose))
     return {"model_dir": out_dir, "result": result}
 
 

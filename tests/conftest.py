@@ -61,16 +61,13 @@ def vocab(corpus, tiny_cfg):
 @pytest.fixture(scope="session")
 def trained_model_dir(tmp_path_factory, corpus):
     """A tiny pointer-generator trained on the synthetic corpus until it copies (in-process)."""
-    from pgn_tf import train
+    from pgn_tf.training.run import train
 
     def build(model_dir):
-        train.run(train.build_parser().parse_args([
-            "--model_dir", str(model_dir), "--config", "tiny", "--quiet",
-            "--train_data", corpus["train"], "--eval_data", corpus["validation"],
-            "--set", "train.max_steps=300", "--set", "train.eval_every=100",
-            "--set", "train.checkpoint_every=100", "--set", "model.hidden_dim=48",
-            "--set", "model.emb_dim=24", "--set", "decode.max_dec_steps=16",
-        ]))
+        train(str(model_dir), "tiny", [
+            "train.max_steps=300", "train.eval_every=100", "train.checkpoint_every=100",
+            "model.hidden_dim=48", "model.emb_dim=24", "decode.max_dec_steps=16"],
+            train_data=corpus["train"], eval_data=corpus["validation"], progress=False)
         return str(model_dir)
 
     return shared(tmp_path_factory, "trained", build)

@@ -70,11 +70,10 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
-    args = evaluate.build_parser().parse_args(
-        ["--model_dir", trained_model_dir, "--data", corpus["validation"], "--limit", "24",
-         "--output_dir", str(tmp_path), "--bootstrap", "100", "--quiet",
-         "--rouge_recall_bytes", "20"])
-    m = evaluate.evaluate(args)
+    result = evaluate.evaluate(corpus["validation"], trained_model_dir, limit=24,
+                               output_dir=str(tmp_path), bootstrap=100, progress=False,
+                               rouge_recall_bytes=20)
+    m = result.metrics
     assert m["examples"] == 24 and m["rouge1"] > 50
     assert m["rouge1_ci95"][0] <= m["rouge1"] <= m["rouge1_ci95"][1]
     # 20 bytes hold about 3 words of a synopsis: a recall well below the full summary's F1
@@ -85,10 +84,9 @@ def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
     assert "reference_repeat_word_pct" in m
     assert 0 < m["mean_p_gen"] < 1 and m["articles_per_sec"] > 0
     lines = [json.loads(x) for x in open(tmp_path / "decoded.jsonl")]
-    assert len(lines) == 24 and lines[0]["reference"]
-    lead = evaluate.evaluate(evaluate.build_parser().parse_args(
-        ["--baseline", "lead", "--lead_words", "8", "--data", corpus["validation"],
-         "--limit", "24", "--bootstrap", "100"]))
+    assert len(lines) == 24 and lines[0]["reference"] and lines == result.rows
+    lead = evaluate.evaluate(corpus["validation"], baseline="lead", lead_words=8, limit=24,
+                             bootstrap=100).metrics
     assert lead["system"] == "lead8w" and lead["avg_summary_tokens"] == 8
 
 

@@ -149,7 +149,7 @@ def test_other_workers_never_convert_the_data_themselves(tmp_path):
 
 
 def test_a_lost_peer_is_named_in_one_line():
-    from pgn_tf.train import _first_line
+    from pgn_tf.training.run import _first_line
 
     graph_error = ("Graph execution error:\n\nDetected at node CollectiveReduceV2 defined at "
                    "(most recent call last):\n  File \"loop.py\", line 9, in fit\n    step()\n\n"

@@ -68,10 +68,8 @@ def test_cli_summarizer_and_evaluate_agree_on_500_lines(trained_model_dir, jsonl
         [r["article"] for r in records])
     assert api == cli
 
-    args = evaluate.build_parser().parse_args(
-        ["--model_dir", trained_model_dir, "--data", path, "--output_dir", str(tmp_path / "ev"),
-         "--bootstrap", "0", "--quiet"])
-    evaluate.evaluate(args)
+    evaluate.evaluate(path, trained_model_dir, output_dir=str(tmp_path / "ev"), bootstrap=0,
+                      progress=False)
     decoded = {}
     for line in open(tmp_path / "ev" / "decoded.jsonl"):
         d = json.loads(line)

@@ -118,9 +118,8 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
             "--set", "train.eval_every=40", "--set", "train.eval_batches=2",
             "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=14"]))
         assert result["eval_loss"] < result["initial_eval_loss"]
-        metrics = evaluate.evaluate(evaluate.build_parser().parse_args(
-            ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
-             "--quiet", "--bootstrap", "0", "--batch_size", "64"]))  # plain means, as tune
+        metrics = evaluate.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+                                    bootstrap=0, batch_size=64).metrics  # plain means, as tune
         ppl[encoder] = metrics["perplexity"]
     assert all(np.isfinite(p) and p > 1 for p in ppl.values())
 
@@ -144,10 +143,9 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
     # features; tune decodes it through the rescoring step with weights 1,0,0,0,0), and
     # ABS+ with the tuned weights as decode.abs_plus_weights.
     assert tuned["abs"] == metrics["rougeLsum"]
-    again = evaluate.evaluate(evaluate.build_parser().parse_args(
-        ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20", "--quiet",
-         "--bootstrap", "0", "--batch_size", "64", "--output_dir", str(tmp_path / "plus"),
-         "--set", f"decode.abs_plus_weights={tuned['weights']}"]))
+    again = evaluate.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+                              bootstrap=0, batch_size=64, output_dir=str(tmp_path / "plus"),
+                              overrides=[f"decode.abs_plus_weights={tuned['weights']}"]).metrics
     assert again["rougeLsum"] == tuned["abs_plus"]
 
     path = export.export(model_dir, str(tmp_path / "export"), "abs", version=1,
