@@ -2,7 +2,7 @@
 what the run's own selection saw at that step: how much a better model-selection rule could
 buy, and whether the selection measures follow the score users get.
 
-    python benchmarks/checkpoint_sweep.py --model_dir runs/q60seed2/pgn \
+    python -m benchmarks.checkpoint_sweep --model_dir runs/q60seed2/pgn \
         --data DIR/validation.jsonl.gz --work_dir runs/sweep_seed2 [--from_step 7000] [--limit 1500]
 
 Each checkpoint in <model_dir>/ckpt at or after --from_step is decoded with `pgn_tf.evaluate`
@@ -21,12 +21,10 @@ import argparse
 import json
 import os
 import re
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import emit  # noqa: E402
-from benchmarks.quality_table import event_scalars, read_metrics, sh  # noqa: E402
+from benchmarks.common import emit
+from benchmarks.quality_table import event_scalars, read_metrics
+from benchmarks.runner import sh
 
 EVAL_TAGS = ("loss", "nll", "rouge1", "rougeLsum")
 

@@ -1,7 +1,7 @@
 """Speed against the reference system (OpenNMT-py, copy attention + coverage): its benchmark
 and this project's on the same corpus in one run, printed as one table of ratios.
 
-    python benchmarks/compare_peer.py --peer_dir PEER --peer_work PEER_WORK --data_dir DATA \
+    python -m benchmarks.compare_peer --peer_dir PEER --peer_work PEER_WORK --data_dir DATA \
         [--corpus descriptions|digests] \
         [--config reference_onmt] [--set SECTION.KEY=VALUE ...] [--work_dir runs/compare_peer] \
         [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--forced_length N] \
@@ -43,7 +43,7 @@ reference_onmt_digests preset (the same settings) decoding at most 100 tokens. P
 the digests' own (setup_onmt.sh rewrites its data per corpus, and bench.sh keeps its model):
 a marker file in it says which corpus it holds, and another corpus' is refused.
 
-Peak RSS (benchmarks/peak_rss.py says why VmHWM): the peer's, the largest VmHWM of its
+Peak RSS (pgn_tf/utils/procfs.py says why VmHWM): the peer's, the largest VmHWM of its
 onmt_train processes (training) and of its onmt_translate process (decoding), read every 0.2 s
 while bench.sh runs; this project's training, the VmHWM of this process over the timed
 training (reset before it where the kernel allows, so the data conversion before it is left
@@ -83,21 +83,19 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
+import yaml
 
-import tensorflow as tf  # noqa: E402
-import yaml  # noqa: E402
-
-from benchmarks import matmul_peak, peak_rss, train_throughput  # noqa: E402
-from benchmarks.common import cpu_flags, result_line  # noqa: E402
-from benchmarks.digest_table import claim_work_dir  # noqa: E402
-from benchmarks.quality_table import sh  # noqa: E402
-from pgn_tf import config as config_lib  # noqa: E402
-from pgn_tf import evaluate  # noqa: E402
-from pgn_tf.data import dataset  # noqa: E402
-from pgn_tf.inference import Summarizer  # noqa: E402
-from pgn_tf.model_dir import ModelDir  # noqa: E402
-from pgn_tf.utils.errors import UserError, run_cli  # noqa: E402
+from benchmarks import matmul_peak, train_throughput
+from benchmarks.common import cpu_flags, result_line
+from benchmarks.runner import claim_work_dir, run_watched, sh
+from pgn_tf import config as config_lib
+from pgn_tf import evaluate
+from pgn_tf.data import dataset
+from pgn_tf.inference import Summarizer
+from pgn_tf.model_dir import ModelDir
+from pgn_tf.utils import procfs
+from pgn_tf.utils.errors import UserError, run_cli
 
 # The decoding both systems are timed on (bench.sh: -beam_size 4 -batch_size 64 -max_length 30,
 # 100 with PEER_CORPUS=digests).
@@ -215,21 +213,6 @@ def mean_tokens(path: str) -> float | None:
     return round(sum(counts) / len(counts), 2) if counts else None
 
 
-def run_watched(cmd: list[str], **popen) -> tuple[str, int, dict]:
-    """Runs one of the peer's commands, echoing its output as it comes, with its process tree's
-    peak RSS watched: (output, exit status, {phase: peak MiB} as peak_rss.onmt_phase names
-    its processes)."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            **popen)
-    lines = []
-    with peak_rss.TreeWatcher(proc.pid, peak_rss.onmt_phase) as watcher:
-        for line in proc.stdout:
-            print("  peer | " + line, end="", flush=True)
-            lines.append(line)
-        proc.wait()
-    return "".join(lines), proc.returncode, watcher.peaks()
-
-
 def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
              corpus: str = "descriptions") -> dict:
     """Runs `PEER_CORPUS=corpus bench.sh PEER_WORK mode`, echoing its output, and returns its
@@ -299,10 +282,10 @@ def our_training(cfg: config_lib.Config, files: list[str], steps: int, warmup: i
     """train_throughput.measure in a throw-away model dir; with `peak`, the share of the matmul
     peak its FLOP count reaches."""
     print(f"== pgn_tf training: {warmup} warm-up + {steps} timed steps", flush=True)
-    reset = peak_rss.reset_peak()  # leaves out what came before: imports, data conversion
+    reset = procfs.reset_peak()  # leaves out what came before: imports, data conversion
     with tempfile.TemporaryDirectory(prefix="compare_peer-") as tmp:
         result = train_throughput.measure(cfg, files, steps, warmup, work_dir=tmp)
-    result["peak_rss_mib"] = peak_rss.peak_mib()
+    result["peak_rss_mib"] = procfs.peak_mib()
     result["peak_rss_since"] = "training start" if reset else "process start"
     # printed as it comes, so a run stopped later keeps what it measured
     print(f"   {result['src_tokens_per_sec']} source tokens/s, {result['sec_per_step']} s/step "
@@ -384,7 +367,7 @@ def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: 
         "cpu_ms_per_article": round(1000 * cpu / len(examples), 2),
         "mean_tokens": round(sum(len(t) for t in tokens) / len(tokens), 2),
         "warmup_seconds": round(warmup, 2), "min_dec_steps": summarizer.cfg.decode.min_dec_steps,
-        "max_tokens": max_tokens, "peak_rss_mib": peak_rss.peak_mib(),
+        "max_tokens": max_tokens, "peak_rss_mib": procfs.peak_mib(),
     }
 
 
@@ -393,13 +376,15 @@ CHILD_RESULT = "compare_peer decoding result: "
 
 
 def decoding_in_child(job: dict) -> dict:
-    """our_decoding in a fresh process (`compare_peer.py --decoding_job JSON`), so that its
+    """our_decoding in a fresh process (`python -m benchmarks.compare_peer --decoding_job
+    JSON`, from the repository's root), so that its
     peak RSS is decoding's alone; job: config, set, model_dir, checkpoint, data, max_tokens,
     min_tokens (None: the preset's)."""
     print("== pgn_tf decoding, in a child process (its own peak RSS)", flush=True)
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--decoding_job",
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compare_peer", "--decoding_job",
                            json.dumps(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                          text=True, cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     found = [line for line in proc.stdout.splitlines() if line.startswith(CHILD_RESULT)]
     if proc.returncode or not found:
         raise UserError(f"the decoding child failed (status {proc.returncode}); the last lines "

@@ -36,7 +36,8 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from benchmarks.common import emit
 from pgn_tf.serving import client
-from pgn_tf.serving.process import memory_mb, reset_peak_rss, start_server, stop_server
+from pgn_tf.serving.process import start_server, stop_server
+from pgn_tf.utils.procfs import memory_mb, reset_peak
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARTICLE = "the council said on monday that the bridge near the station would be repaired ."
@@ -90,7 +91,7 @@ def rest_call(port: int, body: bytes, encoding: str | None) -> int:
 
 def measure(pid: int, fn, n: int) -> dict:
     """Peak RSS growth (MB) of the server over n concurrent calls of fn, and their answers."""
-    reset_peak_rss(pid)
+    reset_peak(pid)
     before = memory_mb(pid)
     answers = concurrently(fn, n)
     after = memory_mb(pid)
@@ -113,7 +114,7 @@ def run(model_base_path: str, max_request_bytes: int, concurrent: int, inflate: 
          os.path.join(ROOT, "serving", "batching.config"),
          "--max_request_bytes", str(max_request_bytes)])
     try:
-        if not reset_peak_rss(proc.pid):
+        if not reset_peak(proc.pid):
             raise RuntimeError("cannot reset the server's peak RSS (/proc/PID/clear_refs)")
         well_formed(grpc_port, rest_port)
         bomb = "a" * int(inflate * max_request_bytes)

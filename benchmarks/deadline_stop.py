@@ -1,6 +1,6 @@
 """How soon a decode stops costing CPU once its request is gone (serving.cancel).
 
-    python benchmarks/deadline_stop.py --model_base_path runs/export/pgn [--deadlines 0.5 1 2]
+    python -m benchmarks.deadline_stop --model_base_path runs/export/pgn [--deadlines 0.5 1 2]
 
 Serves the newest version under --model_base_path in-process (no batching, a work budget
 large enough for the request), sends summarize_options requests that would decode for many
@@ -14,20 +14,16 @@ and a JSON line. Talks to 127.0.0.1 only.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-import grpc  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tensorflow_serving.apis import prediction_service_pb2_grpc  # noqa: E402
-
-from benchmarks.common import articles_from, cpu_flags, emit, vector_flags  # noqa: E402
-from pgn_tf.serving.client import make_request  # noqa: E402
-from pgn_tf.serving.server import Server  # noqa: E402
+from benchmarks.common import articles_from, cpu_flags, emit, vector_flags
+from pgn_tf.serving.client import make_request
+from pgn_tf.serving.server import Server
 
 
 def options_request(model: str, articles: list[str], beam: int, steps: int):

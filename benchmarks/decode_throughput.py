@@ -1,6 +1,6 @@
 """Decoding speed: articles/s of in-process beam search and of the exported SavedModel.
 
-    python benchmarks/decode_throughput.py --model_dir runs/quickstart/model \
+    python -m benchmarks.decode_throughput --model_dir runs/quickstart/model \
         [--data validation.jsonl.gz] [--articles 256] [--beams 1 4] [--batches 1 32] \
         [--sort_by_length] [--set decode.KEY=VALUE ...] [--profile DIR]
 
@@ -16,18 +16,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
 
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.common import articles_from, cpu_flags, emit, top_ops  # noqa: E402
-from pgn_tf import config as config_lib  # noqa: E402
-from pgn_tf import export  # noqa: E402
-from pgn_tf.inference import Summarizer  # noqa: E402
+from benchmarks.common import articles_from, cpu_flags, emit, top_ops
+from pgn_tf import config as config_lib
+from pgn_tf import export
+from pgn_tf.inference import Summarizer
 
 
 def time_fn(fn, articles: list[str], batch: int) -> tuple[float, float, float]:

@@ -1,7 +1,7 @@
 """The shape of a digest corpus, with the model's tokenizer: what the digest_* presets' lengths
 and decoding minimum are chosen from (docs/digests.md).
 
-    python benchmarks/digest_stats.py DATA_DIR/train.jsonl.gz [--limit N] [--max_enc_steps 400]
+    python -m benchmarks.digest_stats DATA_DIR/train.jsonl.gz [--limit N] [--max_enc_steps 400]
 
 Prints the article and summary token counts (mean, percentiles), the share of articles longer
 than --max_enc_steps, the summaries shorter than 20 and 35 tokens (See et al.'s minimum), the
@@ -13,17 +13,13 @@ sentences per summary, whether each article has one block per summary line
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks.common import emit  # noqa: E402
-from pgn_tf import config as config_lib  # noqa: E402
-from pgn_tf import digest_metrics, evaluate  # noqa: E402
-from pgn_tf.inference import is_word  # noqa: E402
+from benchmarks.common import emit
+from pgn_tf import config as config_lib
+from pgn_tf import digest_metrics, evaluate
+from pgn_tf.inference import is_word
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99, 100)
 

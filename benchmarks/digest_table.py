@@ -2,12 +2,12 @@
 See et al. and Paulus et al. measured (docs/digests.md). Every system trained and scored on
 validation by the same script, the peer (OpenNMT-py) given the same hour.
 
-    python benchmarks/quality_table.py --corpus digests --data_dir DIGESTS --work_dir WORK \
+    python -m benchmarks.quality_table --corpus digests --data_dir DIGESTS --work_dir WORK \
         [--stages lead,baseline,see,paulus,see_rl,peer] [--minutes 60] [--coverage_minutes M] \
         [--baseline_minutes 40] [--paulus_minutes 60] [--rl_minutes 20] [--score 600] \
         [--peer_dir PEER --peer_work PEER_WORK] [--peer_minutes 60] [--skip_peer] \
         [--figure docs/digests_repetition.svg] [--set KEY=VALUE ...]
-    python benchmarks/quality_table.py --corpus digests --work_dir WORK --render
+    python -m benchmarks.quality_table --corpus digests --work_dir WORK --render
 
 DIGESTS holds train.jsonl.gz and validation.jsonl.gz. The first --score validation digests are
 decoded as `pgn_tf.evaluate` decodes them and scored (ROUGE-1/2/Lsum over sentence lines,
@@ -47,18 +47,12 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import yaml
 
-import yaml  # noqa: E402
-
-from benchmarks import quality_table, svg_chart  # noqa: E402
-from benchmarks.common import emit  # noqa: E402
+from benchmarks import quality_table, runner, svg_chart, targets
+from benchmarks.common import emit
 
 STAGES = ("lead", "baseline", "see", "paulus", "see_rl", "peer")
 LEAD_BLOCKS = "lead_blocks (first sentence of each block)"
@@ -130,44 +124,6 @@ def latest_checkpoint(directory: str, prefix: str = "model_step_") -> tuple[str,
     return path, step
 
 
-def run_for(args: list[str], seconds: float, log: str, **popen) -> bool:
-    """Runs a command (its output appended to log) until it exits or `seconds` pass; then
-    SIGTERM to its process group (it runs in a session of its own, so its workers stop too),
-    SIGKILL 60 s later if it is still there. True when the deadline stopped it."""
-    with open(log, "a") as f:
-        f.write("$ " + " ".join(args) + "\n")
-        f.flush()
-        proc = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT,
-                                start_new_session=True, **popen)
-        done = threading.Event()
-        threading.Thread(target=lambda: (proc.wait(), done.set()), daemon=True).start()
-        if done.wait(seconds):
-            return False
-        os.killpg(proc.pid, signal.SIGTERM)
-        if not done.wait(60):
-            os.killpg(proc.pid, signal.SIGKILL)
-            done.wait()
-        return True
-
-
-def claim_work_dir(peer_work: str, corpus: str) -> None:
-    """Marks peer_work as holding `corpus`' data; SystemExit when it holds another's (the
-    peer's setup rewrites data/ per corpus, and a kept model would be of the other one)."""
-    os.makedirs(peer_work, exist_ok=True)
-    marker = os.path.join(peer_work, ".pgn_tf_corpus")
-    if os.path.exists(marker):
-        with open(marker) as f:
-            held = f.read().strip()
-        if held != corpus:
-            raise SystemExit(f"--peer_work {peer_work} holds the {held} corpus; give the "
-                             f"{corpus} their own work dir")
-    with open(marker, "w") as f:
-        f.write(corpus + "\n")
-
-
-# -- the table ---------------------------------------------------------------------------------
-
-
 class DigestTable(quality_table.Table):
     """quality_table.Table's running and bookkeeping, the digests' stages, table and claims."""
 
@@ -225,9 +181,9 @@ class DigestTable(quality_table.Table):
         from pgn_tf import config as config_lib
 
         peer_work = os.path.abspath(a.peer_work)
-        claim_work_dir(peer_work, "digests")
+        runner.claim_work_dir(peer_work, "digests")
         env = dict(os.environ, PEER_CORPUS="digests", OMP_NUM_THREADS=str(os.cpu_count()))
-        quality_table.sh_command(["bash", os.path.join(a.peer_dir, "setup_onmt.sh"), peer_work],
+        runner.sh_command(["bash", os.path.join(a.peer_dir, "setup_onmt.sh"), peer_work],
                                  self.log, env=env)
         hour = os.path.join(peer_work, "hour")
         shutil.rmtree(hour, ignore_errors=True)
@@ -238,10 +194,10 @@ class DigestTable(quality_table.Table):
         with open(config, "w") as f:
             yaml.safe_dump(peer_yaml(reference, "hour", a.peer_save_every), f)
         bin_dir = os.path.join(peer_work, "venv", "bin")
-        quality_table.sh_command([os.path.join(bin_dir, "onmt_build_vocab"), "-config", config,
+        runner.sh_command([os.path.join(bin_dir, "onmt_build_vocab"), "-config", config,
                                   "-n_sample", "-1"], self.log, cwd=peer_work, env=env)
         t0 = time.time()
-        run_for([os.path.join(bin_dir, "onmt_train"), "-config", config], 60 * a.peer_minutes,
+        runner.run_for([os.path.join(bin_dir, "onmt_train"), "-config", config], 60 * a.peer_minutes,
                 self.log, cwd=peer_work, env=env)
         found = latest_checkpoint(hour)
         if found is None:
@@ -254,7 +210,7 @@ class DigestTable(quality_table.Table):
             f_out.writelines(line for _, line in zip(range(a.score), f_in))
         dc = config_lib.resolve("digest_coverage").decode  # the same search as pgn_tf's rows
         pred = os.path.join(hour, "pred.txt")
-        quality_table.sh_command(
+        runner.sh_command(
             [os.path.join(bin_dir, "onmt_translate"), "-model", checkpoint, "-src", src,
              "-output", pred, "-beam_size", str(dc.beam_size), "-batch_size", "16",
              "-min_length", str(dc.min_dec_steps), "-max_length", str(dc.max_dec_steps),
@@ -361,7 +317,7 @@ class DigestTable(quality_table.Table):
                     else significance.paired_bootstrap(vb, va))
             out.append({**test, "claim": claim, "a": a, "b": b, "measure": measure,
                         "direction": direction, "mean_a": round(float(va.mean()), 2),
-                        "mean_b": round(float(vb.mean()), 2), "holds": test["p_value"] < 0.05})
+                        "mean_b": round(float(vb.mean()), 2), "holds": test["p_value"] < targets.P_VALUE})
         return out
 
     @staticmethod

@@ -2,7 +2,7 @@
 path on free loopback ports, opens the page in headless Chromium (tests/serving/browser.py),
 submits one article, hovers one output token and saves the page as PNG.
 
-    python benchmarks/explain_screenshot.py --model_base_path runs/export/pgn \
+    python -m benchmarks.explain_screenshot --model_base_path runs/export/pgn \
         --article article.txt --out docs/explain.png [--hover 3] [--name pgn]
 
 Needs Debian's chromium and chromium-driver, and selenium (`pip install -e ".[test]"`).
@@ -11,10 +11,6 @@ Needs Debian's chromium and chromium-driver, and selenium (`pip install -e ".[te
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 versions does: RSS and live tf.function count after each drop (and RSS after glibc's
 malloc_trim, which hands freed pages back), then a JSON line.
 
-    python benchmarks/load_unload.py --saved_model runs/soak_export/pgn/1 --times 8
+    python -m benchmarks.load_unload --saved_model runs/soak_export/pgn/1 --times 8
 """
 
 from __future__ import annotations
@@ -10,22 +10,16 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
 
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.common import emit  # noqa: E402
+from benchmarks.common import emit
+from pgn_tf.utils import procfs
 
 
 def rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return float("nan")
+    return procfs.memory_mb().get("rss_mb", float("nan"))
 
 
 def live_functions() -> int:

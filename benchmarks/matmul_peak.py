@@ -1,7 +1,7 @@
 """This machine's matmul peak: GFLOP/s of tf.matmul in float32 (and bfloat16), so the training
 throughput can be reported as a fraction of what the hardware reaches with TF.
 
-    python benchmarks/matmul_peak.py [--sizes 1024 2048 4096] [--seconds 3]
+    python -m benchmarks.matmul_peak [--sizes 1024 2048 4096] [--seconds 3]
 
 Each size runs square [n, n] x [n, n] matmuls inside one tf.function for about --seconds after a
 warm-up; the best size is the peak. bfloat16 is measured where the CPU reports AVX512_BF16 or
@@ -11,16 +11,12 @@ AMX (or on a GPU).
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
 
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.common import emit  # noqa: E402
-from pgn_tf.training import hardware  # noqa: E402
+from benchmarks.common import emit
+from pgn_tf.training import hardware
 
 
 def gflops(n: int, dtype: tf.DType, seconds: float, repeats: int = 8) -> float:

@@ -1,16 +1,11 @@
-"""Peak resident memory (RSS) of this process and of the processes a command starts, read from
-Linux's /proc.
+"""Peak resident memory (RSS) of the processes a command starts: a watcher over a process tree
+(pgn_tf.utils.procfs reads /proc and says why VmHWM).
 
-Why VmHWM: the kernel keeps each process' RSS high-water mark (`VmHWM` in /proc/PID/status),
-kept by the kernel rather than sampled (exact to within its per-thread counter caching, a few
-hundred KiB). Reading it while a process lives gives its peak up to that read, so
-a watcher that reads the peer's processes every 0.2 s misses at most the last 0.2 s of each
-one's life. The alternatives measure less: getrusage(RUSAGE_CHILDREN)'s ru_maxrss is one
-maximum over every child ever waited for (onmt_build_vocab, onmt_train and onmt_translate of
-one bench.sh run, and this project's own training subprocess, mixed); `/usr/bin/time -v` would
-have to wrap the commands inside the peer's bench.sh, which is not this project's to edit.
-For this process, writing "5" to /proc/self/clear_refs resets VmHWM to the current RSS
-(Linux >= 4.0), so one phase's peak can be read apart from what came before it.
+The alternatives measure less: getrusage(RUSAGE_CHILDREN)'s ru_maxrss is one maximum over every
+child ever waited for (onmt_build_vocab, onmt_train and onmt_translate of one bench.sh run, and
+this project's own training subprocess, mixed); `/usr/bin/time -v` would have to wrap the
+commands inside the peer's bench.sh, which is not this project's to edit. A watcher that reads
+the peer's processes every 0.2 s misses at most the last 0.2 s of each one's life.
 """
 
 from __future__ import annotations
@@ -19,63 +14,7 @@ import os
 import threading
 from collections.abc import Callable
 
-
-def status_kib(pid: int | str = "self", field: str = "VmHWM") -> int | None:
-    """A /proc/PID/status memory field in KiB (VmHWM: peak RSS, VmRSS: now); None where the
-    process is gone or the field is not there (not Linux)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    return None
-
-
-def peak_mib(pid: int | str = "self") -> float | None:
-    kib = status_kib(pid, "VmHWM")
-    return None if kib is None else round(kib / 1024, 1)
-
-
-def reset_peak(pid: int | str = "self") -> bool:
-    """Resets the process' VmHWM to its current RSS; False where the kernel does not allow it."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def children_of(root: int) -> list[int]:
-    """Every live descendant of root (from each process' parent in /proc/PID/stat)."""
-    parents: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                stat = f.read()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses
-        parents[int(name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, frontier = [], [root]
-    while frontier:
-        pid = frontier.pop()
-        kids = [p for p, parent in parents.items() if parent == pid]
-        found += kids
-        frontier += kids
-    return found
-
-
-def command_line(pid: int) -> list[str]:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return [x.decode("utf-8", "replace") for x in f.read().split(b"\0") if x]
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return []
+from pgn_tf.utils.procfs import children_of, command_line, status_kib
 
 
 class TreeWatcher:

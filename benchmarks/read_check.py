@@ -3,7 +3,7 @@ training input (pgn_tf.data.dataset.make_dataset) with and without it, the start
 (record headers), and the start-up probe that turns "every summary is empty" into an error
 instead of a hang.
 
-    python benchmarks/read_check.py [--examples 20000] [--shards 2] [--repeats 5]
+    python -m benchmarks.read_check [--examples 20000] [--shards 2] [--repeats 5]
 
 Both variants run in one process, in alternating order, `--repeats` times; the medians are
 reported, with the CPU time each costs (process time: on a shared machine the wall-clock rates
@@ -16,18 +16,15 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import tensorflow as tf
 
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.common import emit  # noqa: E402
-from pgn_tf import config as config_lib  # noqa: E402
-from pgn_tf.data import dataset, synthetic, tfrecord  # noqa: E402
-from pgn_tf.data.example import Example  # noqa: E402
+from benchmarks.common import emit
+from pgn_tf import config as config_lib
+from pgn_tf.data import dataset, synthetic, tfrecord
+from pgn_tf.data.example import Example
 
 
 def plain_records(filename, size):

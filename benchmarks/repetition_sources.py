@@ -4,7 +4,7 @@ output. A pooled rate (See et al.'s Fig. 4 measure, `dup_3gram_pct` of pgn_tf.ev
 hang on one runaway output among hundreds; this tells a loop in one summary from repetition
 spread over many.
 
-    python benchmarks/repetition_sources.py EVAL_DIR/decoded.jsonl [...] [--n 3] [--top 10]
+    python -m benchmarks.repetition_sources EVAL_DIR/decoded.jsonl [...] [--n 3] [--top 10]
 
 Each file is a `pgn_tf.evaluate` decoded.jsonl (fields "decoded" and "reference", tokens
 separated by spaces). Prints a report per file, the references' rate beside the outputs', and
@@ -16,13 +16,9 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks.common import emit  # noqa: E402
-from pgn_tf.evaluate import ngrams  # noqa: E402
+from benchmarks.common import emit
+from pgn_tf.evaluate import ngrams
 
 
 def duplicates(tokens: list[str], n: int) -> tuple[int, int, collections.Counter]:

@@ -1,7 +1,7 @@
 """The self-critical reward: in-graph ROUGE-L (pgn_tf.rewards) vs rouge-score through
 tf.numpy_function, both inside a tf.function as the training step runs them.
 
-    python benchmarks/reward_speed.py [--batch 32] [--length 20] [--iters 200]
+    python -m benchmarks.reward_speed [--batch 32] [--length 20] [--iters 200]
 
 Prints ms per batch for each and a JSON line; the two must agree (checked first).
 """
@@ -9,18 +9,14 @@ Prints ms per batch for each and a JSON line; the two must agree (checked first)
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+import tensorflow as tf
+from rouge_score import rouge_scorer
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from rouge_score import rouge_scorer  # noqa: E402
-
-from benchmarks.common import emit  # noqa: E402
-from pgn_tf import rewards  # noqa: E402
+from benchmarks.common import emit
+from pgn_tf import rewards
 
 _SCORER = rouge_scorer.RougeScorer(["rougeL"])
 

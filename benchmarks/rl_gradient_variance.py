@@ -1,7 +1,7 @@
 """How noisy is the self-critical gradient? Paulus et al.'s estimator (eq. 15) measured on a
 trained model, beside the ML gradient on the same batches.
 
-    python benchmarks/rl_gradient_variance.py --model_dir MODEL_DIR --data DATA \
+    python -m benchmarks.rl_gradient_variance --model_dir MODEL_DIR --data DATA \
         [--batches 8] [--samples 16] [--batch_size 32] [--checkpoint best|latest|PATH]
 
 For each of --batches batches of DATA (in file order, the model dir's data settings), the
@@ -34,16 +34,14 @@ import os
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.common import emit  # noqa: E402
-from pgn_tf import objectives  # noqa: E402
-from pgn_tf.data import dataset  # noqa: E402
-from pgn_tf.model_dir import ModelDir  # noqa: E402
-from pgn_tf.utils.errors import run_cli  # noqa: E402
+from benchmarks.common import emit
+from pgn_tf import objectives
+from pgn_tf.data import dataset
+from pgn_tf.model_dir import ModelDir
+from pgn_tf.utils.errors import run_cli
 
 
 def flat(grads, variables) -> np.ndarray:

@@ -1,6 +1,6 @@
 """Serving load: QPS and p50/p99 latency of serving.server over gRPC, with and without batching.
 
-    python benchmarks/serve_load.py --model_base_path runs/quickstart/export/pgn \
+    python -m benchmarks.serve_load --model_base_path runs/quickstart/export/pgn \
         [--concurrency 1 16] [--seconds 20] [--data validation.jsonl.gz] \
         [--max_batch_size 16] [--batch_timeout_micros 20000] [--num_batch_threads 1]
 
@@ -12,20 +12,16 @@ failures. Bounded in time and count; it only talks to 127.0.0.1.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import grpc
+from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-import grpc  # noqa: E402
-from tensorflow_serving.apis import prediction_service_pb2_grpc  # noqa: E402
-
-from benchmarks.common import articles_from, emit, percentiles  # noqa: E402
-from pgn_tf.serving.client import make_request, summarize  # noqa: E402
-from pgn_tf.serving.process import start_server, stop_server  # noqa: E402
+from benchmarks.common import articles_from, emit, percentiles
+from pgn_tf.serving.client import make_request, summarize
+from pgn_tf.serving.process import start_server, stop_server
 
 
 def load(port: int, model: str, articles: list[str], concurrency: int, seconds: float) -> dict:

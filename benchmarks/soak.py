@@ -1,7 +1,7 @@
 """Soak: serving.server under steady gRPC + REST load, mixed with hostile clients, while new
 versions are pushed.
 
-    python benchmarks/soak.py --model_base_path runs/export/pgn [--minutes 30] [--clients 32] \
+    python -m benchmarks.soak --model_base_path runs/export/pgn [--minutes 30] [--clients 32] \
         [--hostile 4] [--push_every 30] [--no_batching] [--data validation.jsonl.gz]
 
 The newest version under --model_base_path is copied into a temporary base as version 1 and
@@ -28,35 +28,21 @@ import json
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import grpc
+import numpy as np
+import tensorflow as tf
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-import grpc  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc  # noqa: E402
-
-from benchmarks.common import articles_from, emit, percentiles, vector_flags  # noqa: E402
-from pgn_tf.serving.client import make_request  # noqa: E402
-from pgn_tf.serving.process import start_server, stop_server  # noqa: E402
+from benchmarks.common import articles_from, emit, percentiles, vector_flags
+from pgn_tf.serving.client import make_request
+from pgn_tf.serving.process import start_server, stop_server
+from pgn_tf.utils import procfs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def proc_status(pid: int) -> dict:
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key.lower() + "_mb"] = round(int(value.split()[0]) / 1024, 1)
-            elif key == "Threads":
-                out["threads"] = int(value)
-    return out
 
 
 def newest_version(base: str) -> str:
@@ -294,7 +280,7 @@ def main() -> None:
         for t in threads:
             t.start()
         time.sleep(min(10.0, a.minutes * 6))  # warm-up: connections open, first batches run
-        start = proc_status(proc.pid)
+        start = procfs.memory_mb(proc.pid)
         with load.lock:
             load.latencies.clear()
         t_start = time.monotonic()
@@ -304,10 +290,10 @@ def main() -> None:
             time.sleep(max(0.0, min(next_push, end) - time.monotonic()))
             if time.monotonic() >= next_push and time.monotonic() < end:
                 if len(pushed) == 2:  # the first swap has settled for a whole period
-                    after_first_swap = proc_status(proc.pid)
+                    after_first_swap = procfs.memory_mb(proc.pid)
                 live_seen.append(live_versions(rest_port))
                 print(f"  {time.monotonic() - t_start:6.0f} s: version {pushed[-1]} serving, "
-                      f"live versions {live_seen[-1]}, server {proc_status(proc.pid)}",
+                      f"live versions {live_seen[-1]}, server {procfs.memory_mb(proc.pid)}",
                       flush=True)
                 v = pushed[-1] + 1
                 tmp = os.path.join(base, f".tmp-{v}")
@@ -322,7 +308,7 @@ def main() -> None:
         hostile.stop.set()
         for t in threads:
             t.join(120)
-        final = proc_status(proc.pid)
+        final = procfs.memory_mb(proc.pid)
         settle = time.monotonic() + 60  # a push in the last seconds may still be loading
         while (live_end := live_versions(rest_port)) != 1 and time.monotonic() < settle:
             time.sleep(1)
@@ -346,9 +332,9 @@ def main() -> None:
         print(f"  {kind:20s} {got}")
     if unexpected:
         print("first unexpected answers:", *unexpected[:5], sep="\n  ")
-    base_rss = (after_first_swap or start)["vmrss_mb"]
-    print(f"RSS after the first swap {base_rss} MB, at the end {final['vmrss_mb']} MB "
-          f"({final['vmrss_mb'] / base_rss - 1:+.1%}); live versions after each push "
+    base_rss = (after_first_swap or start)["rss_mb"]
+    print(f"RSS after the first swap {base_rss} MB, at the end {final['rss_mb']} MB "
+          f"({final['rss_mb'] / base_rss - 1:+.1%}); live versions after each push "
           f"{live_seen}, at the end {live_end} (the policy keeps 1; read once the last push has "
           "loaded)")
     emit("soak", {
@@ -359,13 +345,13 @@ def main() -> None:
         "qps": round(len(latencies) / wall, 1), **percentiles(latencies),
         "hostile_requests": sum(sum(v.values()) for v in outcomes.values()),
         "hostile_unexpected": len(unexpected), "hostile_outcomes": outcomes,
-        "rss_start_mb": start["vmrss_mb"], "rss_after_first_swap_mb": base_rss,
-        "rss_end_mb": final["vmrss_mb"],
-        "rss_end_vs_after_first_swap": round(final["vmrss_mb"] / base_rss - 1, 4),
+        "rss_start_mb": start["rss_mb"], "rss_after_first_swap_mb": base_rss,
+        "rss_end_mb": final["rss_mb"],
+        "rss_end_vs_after_first_swap": round(final["rss_mb"] / base_rss - 1, 4),
         "live_versions_after_pushes_max": max((x for x in live_seen if x is not None),
                                               default=None),
         "live_versions_end": live_end, "policy_keeps": 1,
-        "rss_peak_mb": final["vmhwm_mb"],
+        "rss_peak_mb": final["peak_rss_mb"],
         "threads_start": start["threads"], "threads_end": final["threads"],
         "server_alive": alive, "cpu_flags": vector_flags(), "tf": tf.__version__,
     })

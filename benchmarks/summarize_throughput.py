@@ -1,7 +1,7 @@
 """Using a trained model: articles/s of `python -m pgn_tf.summarize --input` over a file, and of
 `pgn_tf.Summarizer` calls of 32 articles (compiled) against the same call run eagerly.
 
-    python benchmarks/summarize_throughput.py --model_dir runs/pgn --data validation.jsonl.gz \
+    python -m benchmarks.summarize_throughput --model_dir runs/pgn --data validation.jsonl.gz \
         [--saved_model export/pgn/1] [--calls 20] [--eager_calls 2]
 
 The file figure is the CLI's own (articles decoded / seconds of its loop, first trace included),
@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks.common import emit  # noqa: E402
+from benchmarks.common import emit
 
 
 def main() -> None:

@@ -2,7 +2,7 @@
 training step (pgn_tf.training.trainer's Trainer, the same tf.function and strategy), warm-up
 excluded.
 
-    python benchmarks/train_throughput.py --config reference_onmt --data train.jsonl.gz \
+    python -m benchmarks.train_throughput --config reference_onmt --data train.jsonl.gz \
         [--steps 60] [--warmup 10] [--set train.mixed_precision=auto] [--profile DIR]
 
 Source tokens are real article tokens (sum of enc_len: padding is not counted), as OpenNMT-py
@@ -24,21 +24,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import numpy as np
+import tensorflow as tf
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-
-from benchmarks.common import emit, top_ops  # noqa: E402
-from pgn_tf import config as config_lib  # noqa: E402
-from pgn_tf.data import dataset, synthetic  # noqa: E402
-from pgn_tf.model_dir import ModelDir  # noqa: E402
-from pgn_tf.training import distribute  # noqa: E402
-from pgn_tf.training.trainer import Trainer  # noqa: E402
+from benchmarks.common import emit, top_ops
+from pgn_tf import config as config_lib
+from pgn_tf.data import dataset, synthetic
+from pgn_tf.model_dir import ModelDir
+from pgn_tf.training import distribute
+from pgn_tf.training.trainer import Trainer
 
 
 def forward_flops(m: config_lib.ModelConfig, vocab: int, src_tokens: float, tgt_tokens: float,

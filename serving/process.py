@@ -1,5 +1,5 @@
 """Start serving.server in a child process on free loopback ports (quickstart, benchmarks,
-tests), and read a process's memory from /proc (Linux)."""
+tests)."""
 
 from __future__ import annotations
 
@@ -41,28 +41,3 @@ def stop_server(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
 
-
-def memory_mb(pid: int) -> dict:
-    """{"rss_mb", "peak_rss_mb", "threads"} of a process, from /proc/PID/status (VmRSS, VmHWM:
-    the kernel's resident-set peak, which shows an allocation even once it is freed)."""
-    keys = {"VmRSS": "rss_mb", "VmHWM": "peak_rss_mb"}
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in keys:
-                out[keys[key]] = round(int(value.split()[0]) / 1024, 1)
-            elif key == "Threads":
-                out["threads"] = int(value)
-    return out
-
-
-def reset_peak_rss(pid: int) -> bool:
-    """Sets a process's VmHWM back to its current RSS (Linux 4.0+, /proc/PID/clear_refs "5"), so
-    the next peak measures only what follows; False where the kernel or permissions refuse."""
-    try:
-        with open(f"/proc/{pid}/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False

@@ -140,7 +140,7 @@ def test_the_peer_is_told_its_corpus_and_its_figures_read(tmp_path):
 
 
 def test_a_peer_work_dir_holds_one_corpus(tmp_path):
-    from benchmarks.digest_table import claim_work_dir
+    from benchmarks.runner import claim_work_dir
 
     claim_work_dir(str(tmp_path / "p"), "digests")
     claim_work_dir(str(tmp_path / "p"), "digests")  # the same corpus again: fine
@@ -187,22 +187,22 @@ def test_the_watcher_reads_a_child_processes_peak(tmp_path):
 
 
 def test_this_processes_peak_can_be_reset_to_now():
-    from benchmarks import peak_rss
+    from pgn_tf.utils import procfs
 
     b = bytearray(200 * 2**20)
     for i in range(0, len(b), 4096):
         b[i] = 1
-    before = peak_rss.status_kib("self", "VmHWM")
+    before = procfs.status_kib("self", "VmHWM")
     del b  # a large buffer goes back to the kernel: RSS falls, the peak stays
     # (within the kernel's per-thread RSS counter caching: a few hundred KiB)
-    after = peak_rss.status_kib("self", "VmHWM")
+    after = procfs.status_kib("self", "VmHWM")
     assert before - 2048 <= after <= before
-    assert peak_rss.status_kib("self", "VmRSS") < after - 150 * 1024
-    if peak_rss.reset_peak():
-        assert peak_rss.status_kib("self", "VmHWM") < before - 150 * 1024
+    assert procfs.status_kib("self", "VmRSS") < after - 150 * 1024
+    if procfs.reset_peak():
+        assert procfs.status_kib("self", "VmHWM") < before - 150 * 1024
     else:  # a kernel that refuses the reset leaves the peak as it was
-        assert peak_rss.status_kib("self", "VmHWM") >= before - 2048
-    assert peak_rss.peak_mib() > 0
+        assert procfs.status_kib("self", "VmHWM") >= before - 2048
+    assert procfs.peak_mib() > 0
 
 
 def test_a_failing_decoding_child_says_why(tmp_path):

@@ -16,10 +16,11 @@ import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from pgn_tf.serving import client
-from pgn_tf.serving.process import memory_mb, reset_peak_rss, start_server, stop_server
+from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.serving.rest_service import gunzip_bounded
 from pgn_tf.serving.status import RequestError
 from pgn_tf.serving.validation import Limits
+from pgn_tf.utils.procfs import memory_mb, reset_peak
 from tests.serving.helpers import ARTICLE, request, rest, stub
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -216,7 +217,7 @@ def test_concurrent_compressed_bombs_are_refused_in_bounded_memory(capped_child)
             ("REST", lambda: post(rest_port, rest_bomb, "gzip")[0], {400, 413},
              2 * MAX_REQUEST_BYTES)]:  # the body cap
         bound = CONCURRENT * cap / 2**20 + MARGIN_MB
-        assert reset_peak_rss(proc.pid)
+        assert reset_peak(proc.pid)
         before = memory_mb(proc.pid)
         codes = all_at_once(fn, CONCURRENT)
         after = memory_mb(proc.pid)
