@@ -5,7 +5,7 @@ on validation with the same script, end to end.
         [--stages lead,baseline,see,seeds,paulus,see_rl,abs,decode] [--minutes 60] [--score 1500]
         [--set model.dropout=0.3 ...]
     python -m benchmarks.quality_table --work_dir runs/quality --render
-    python -m benchmarks.quality_table --corpus digests ...   # benchmarks/digest_table.py
+    python -m benchmarks.digest_table ...   # the digests' table (its own flags)
 
 DIR holds train.jsonl.gz and validation.jsonl.gz (pipelines.debian_descriptions). The first
 --score validation pairs are decoded as `pgn_tf.evaluate` decodes them and scored (rouge-score
