@@ -40,10 +40,8 @@ def main() -> None:
     result = {"batch": a.batch}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        args = summarize.build_parser().parse_args(
-            ["--model_dir", a.model_dir, "--input", a.data, "--output",
-             os.path.join(tmp, "out.jsonl"), "--progress", "off"])
-        counts = summarize.summarize_file(args)
+        counts = summarize.summarize_corpus(Summarizer.from_model_dir(a.model_dir), a.data,
+                                            os.path.join(tmp, "out.jsonl"), progress="off")
         result["cli_articles"] = counts["summarized"]
         result["cli_articles_per_sec"] = counts["articles_per_sec"]
         result["cli_wall_seconds"] = round(time.perf_counter() - t0, 2)

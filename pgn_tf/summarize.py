@@ -233,88 +233,113 @@ class _Progress:
         self.bar.close()
 
 
-def summarize_file(args, progress_stream=None) -> dict:
-    """The batch form: --input -> --output (module docstring). Returns the run's counts."""
-    if args.output != "-" and args.output.endswith(".gz"):
+def check_paths(input_path: str, output: str) -> None:
+    """UserError for an --output that cannot be resumed or that is the input."""
+    if output != "-" and output.endswith(".gz"):
         raise UserError("--output must be plain (resuming reads it back): compress it after, "
                         "or write - and pipe it through gzip")
-    if args.input != "-" and args.output != "-" and (
-            os.path.abspath(args.input) == os.path.abspath(args.output)):
+    if input_path != "-" and output != "-" and (
+            os.path.abspath(input_path) == os.path.abspath(output)):
         raise UserError("--output must differ from --input")
-    done = rows_done(args.output)
-    summarizer = load_summarizer(args)
-    total = count_lines(args.input) if args.progress != "off" else None
-    enabled = {"on": True, "off": False}.get(args.progress)
-    progress = _Progress(total, enabled, progress_stream)
-    out = sys.stdout if args.output == "-" else open(args.output, "a", encoding="utf-8")  # noqa: SIM115
+
+
+def summarize_corpus(summarizer, input_path: str, output: str, *, fmt: str | None = None,
+                     field: str = "article", output_field: str = "summary",
+                     batch_size: int | None = None, on_error: str = "skip",
+                     progress: str = "auto", progress_stream=None) -> dict:
+    """The batch form (module docstring): the articles of `input_path` ("-": standard input)
+    summarized by `summarizer` (a Summarizer) into `output` ("-": standard output), resuming
+    after the rows already there. Returns the run's counts (lines, records, skipped_done,
+    summarized, bad, blank, seconds, articles_per_sec).
+
+    Args:
+      fmt: "text" or "jsonl" (default: by file name, else by the first line);
+      field, output_field: the JSONL fields read and written; batch_size: articles per model
+      call (at most the summarizer's); on_error: "skip" or "stop" at a bad line;
+      progress: "auto", "on" or "off" (a bar on progress_stream, default standard error).
+    """
+    check_paths(input_path, output)
+    done = rows_done(output)
+    total = count_lines(input_path) if progress != "off" else None
+    enabled = {"on": True, "off": False}.get(progress)
+    bar = _Progress(total, enabled, progress_stream)
+    out = sys.stdout if output == "-" else open(output, "a", encoding="utf-8")  # noqa: SIM115
     counts = {"lines": 0, "records": 0, "skipped_done": 0, "summarized": 0, "bad": 0,
               "blank": 0}
     t0 = time.perf_counter()
     window: list[dict] = []
-    fmt = args.format
-    size = min(args.batch_size or summarizer.batch_size, summarizer.batch_size)
+    size = min(batch_size or summarizer.batch_size, summarizer.batch_size)
 
     def flush() -> None:
         if not window:
             return
-        results = summarizer.decode([r[args.field] for r in window], size,
-                                    on_batch=progress.articles)
+        results = summarizer.decode([r[field] for r in window], size, on_batch=bar.articles)
         for record, result in zip(window, results):
             if fmt == "text":
                 out.write(result["summary"].replace("\n", " ") + "\n")
             else:
-                out.write(json.dumps({**record, args.output_field: result["summary"]},
+                out.write(json.dumps({**record, output_field: result["summary"]},
                                      ensure_ascii=False) + "\n")
         out.flush()
         counts["summarized"] += len(window)
         window.clear()
-        progress.to_line(counts["lines"])
+        bar.to_line(counts["lines"])
 
     warned = False
     try:
-        with _open_input(args.input) as f:
+        with _open_input(input_path) as f:
             lines = raw_lines(f)
             for lineno, raw in lines:
                 if fmt is None:
-                    fmt = detect_format(args.input, raw)
+                    fmt = detect_format(input_path, raw)
                 counts["lines"] = lineno
                 try:
-                    record = parse_line(raw, fmt, args.field)
+                    record = parse_line(raw, fmt, field)
                 except BadLine as e:
                     counts["bad"] += 1
-                    where = f"{'stdin' if args.input == '-' else args.input} line {lineno}"
-                    if args.on_error == "stop":
+                    where = f"{'stdin' if input_path == '-' else input_path} line {lineno}"
+                    if on_error == "stop":
                         flush()
                         raise UserError(f"{where}: {e}; stopped (the rows before it are "
                                         f"written; --on_error skip goes past bad lines)") from None
-                    progress.write(f"[pgn_tf.summarize] {where}: {e}; skipped")
+                    bar.write(f"[pgn_tf.summarize] {where}: {e}; skipped")
                     record = None
                 else:
                     counts["blank" if record is None else "records"] += 1
                 if record is None or counts["records"] <= done:
                     counts["skipped_done"] += record is not None
                     if not window:
-                        progress.to_line(lineno)
+                        bar.to_line(lineno)
                     continue
-                if fmt == "jsonl" and args.output_field in record and not warned:
+                if fmt == "jsonl" and output_field in record and not warned:
                     warned = True
-                    progress.write(f"[pgn_tf.summarize] input records have a "
-                                   f"'{args.output_field}' field: the output replaces it "
-                                   f"(--output_field NAME keeps both)")
+                    bar.write(f"[pgn_tf.summarize] input records have a '{output_field}' "
+                              f"field: the output replaces it (--output_field NAME keeps both)")
                 window.append(record)
                 if len(window) >= size * WINDOW_BATCHES:
                     flush()
             flush()
     finally:
-        progress.close()
+        bar.close()
         if out is not sys.stdout:
             out.close()
     if done > counts["records"]:
-        raise UserError(f"--output {args.output} has {done} rows but --input has only "
+        raise UserError(f"--output {output} has {done} rows but --input has only "
                         f"{counts['records']} records: is it the output of another input?")
     seconds = time.perf_counter() - t0
     counts["seconds"] = round(seconds, 2)
     counts["articles_per_sec"] = round(counts["summarized"] / seconds, 2) if seconds else 0.0
+    return counts
+
+
+def summarize_file(args, progress_stream=None) -> dict:
+    """The parsed flags of the batch form -> `summarize_corpus`; prints its counts' line on
+    standard error."""
+    check_paths(args.input, args.output)
+    counts = summarize_corpus(
+        load_summarizer(args), args.input, args.output, fmt=args.format, field=args.field,
+        output_field=args.output_field, batch_size=args.batch_size, on_error=args.on_error,
+        progress=args.progress, progress_stream=progress_stream)
     print(f"[pgn_tf.summarize] {counts['records']} records in {counts['lines']} lines: "
           f"{counts['summarized']} summarized, {counts['skipped_done']} already in the output, "
           f"{counts['bad']} bad line(s) skipped; {counts['articles_per_sec']} articles/s",
