@@ -8,13 +8,13 @@ import http.client
 import io
 import json
 import os
-import threading
 import zlib
 
 import grpc
 import pytest
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
+from benchmarks.compressed_requests import concurrently
 from pgn_tf.serving import client
 from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.serving.rest_service import gunzip_bounded
@@ -171,22 +171,6 @@ def capped_child(exported):
         stop_server(proc)
 
 
-def all_at_once(fn, n: int) -> list:
-    results = [None] * n
-    barrier = threading.Barrier(n)
-
-    def run(i):
-        barrier.wait()
-        results[i] = fn()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return results
-
-
 def grpc_gzip(port: int, req) -> grpc.StatusCode:
     with grpc.insecure_channel(f"127.0.0.1:{port}", compression=grpc.Compression.Gzip,
                                options=[("grpc.max_send_message_length", -1)]) as ch:
@@ -219,7 +203,7 @@ def test_concurrent_compressed_bombs_are_refused_in_bounded_memory(capped_child)
         bound = CONCURRENT * cap / 2**20 + MARGIN_MB
         assert reset_peak(proc.pid)
         before = memory_mb(proc.pid)
-        codes = all_at_once(fn, CONCURRENT)
+        codes = concurrently(lambda i, fn=fn: fn(), CONCURRENT)
         after = memory_mb(proc.pid)
         growth = after["peak_rss_mb"] - before["rss_mb"]
         print(f"{name}: {codes}, peak RSS growth {growth:.1f} MB (bound {bound:.0f} MB)")
