@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import dataclasses
+import functools
 import gc
 import json
 import logging
@@ -123,15 +124,14 @@ def read_input_limits(path: str) -> dict:
             for sig, inputs in raw.items()}
 
 
+@functools.cache
 def _malloc_trim():
-    """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
+    """glibc's malloc_trim, or None where the C library has none (musl, macOS); looked up on
+    first use (find_library runs ldconfig: importing this module starts no process)."""
     try:
         return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None
-
-
-_MALLOC_TRIM = _malloc_trim()
 
 
 def release_freed_memory() -> None:
@@ -140,8 +140,9 @@ def release_freed_memory() -> None:
     pages for reuse unless trimmed, so without the trim a server's RSS creeps up with every
     swap although no version is kept (benchmarks/soak.py)."""
     gc.collect()
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 _FINGERPRINT_MAX_FILES = 10_000  # a SavedModel has a handful; a tree of more is not one
