@@ -18,7 +18,8 @@ Signatures:
                        so a server can refuse a request before running it.
 assets.extra/tf_serving_warmup_requests holds one PredictionLog per signature (TF Serving's
 warm-up file format): a server replays them before it marks the version AVAILABLE.
-The export is written to a temp dir, checked (reloaded and compared with in-process decoding),
+The export is written to a temp dir, checked (reloaded and compared with in-process decoding, and
+every op of its graphs found in core TensorFlow's registry and free of Python: pgn_tf.graph_check),
 then renamed into place, so a server polling BASE/NAME never sees half a model.
 """
 
@@ -36,6 +37,7 @@ import keras
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
+from pgn_tf import graph_check
 from pgn_tf.inference import Summarizer
 from pgn_tf.utils.errors import UserError, run_cli
 
@@ -148,6 +150,15 @@ def verify(path: str, summarizer: Summarizer, articles: list[str]) -> None:
         raise RuntimeError(f"export check failed: SavedModel says {got}, in-process says {want}")
 
 
+def check_servable(path: str) -> None:
+    """UserError naming every op of the export that stock TF Serving cannot run (a py_function,
+    a tensorflow-text op: pgn_tf.graph_check), before the export is published."""
+    bad = graph_check.unservable_ops(path)
+    if bad:
+        raise UserError(f"the export holds ops TF Serving cannot run: "
+                        f"{graph_check.describe(bad)}; nothing was published")
+
+
 def export(model_dir: str, export_base: str, name: str, version: int | None = None,
            which: str = "best", check: bool = True, overrides: list[str] | None = None,
            options_max_beam_size: int | None = None,
@@ -188,6 +199,7 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
                               summarizer.cfg, limits)
         if check:
             verify(tmp, summarizer, CHECK_ARTICLES)
+            check_servable(tmp)
         os.rename(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

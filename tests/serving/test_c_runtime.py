@@ -110,3 +110,29 @@ def test_run_signature_refuses_inputs_the_signature_does_not_take(runner, export
     with pytest.raises(ValueError, match="takes \\['articles'\\]"):
         c_runtime.run_signature(runner, path, "serving_default", {"text": ["a"]})
     assert os.path.exists(runner)
+
+
+def test_an_export_with_a_py_function_is_refused_and_not_published(trained_model_dir, tmp_path,
+                                                                   monkeypatch):
+    """A signature that calls Python (as a careless change to the export might add) fails the
+    export's own check, naming the op, and no version dir appears."""
+    from pgn_tf import export
+    from pgn_tf.utils.errors import UserError
+
+    plain = export.build_archive
+
+    def with_py_function(summarizer, limits=None):
+        archive = plain(summarizer, limits)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="articles")])
+        def shout(articles):
+            return {"summaries": tf.reshape(
+                tf.py_function(lambda a: tf.strings.upper(a), [articles], tf.string), [-1])}
+
+        archive.add_endpoint("shout", shout)
+        return archive
+
+    monkeypatch.setattr(export, "build_archive", with_py_function)
+    with pytest.raises(UserError, match="EagerPyFunc \\(calls Python"):
+        export.export(trained_model_dir, str(tmp_path), "pgn", version=1)
+    assert os.listdir(tmp_path / "pgn") == []
