@@ -2,12 +2,12 @@
 See et al. and Paulus et al. measured (docs/digests.md). Every system trained and scored on
 validation by the same script, the peer (OpenNMT-py) given the same hour.
 
-    python -m benchmarks.quality_table --corpus digests --data_dir DIGESTS --work_dir WORK \
+    python -m benchmarks.digest_table --data_dir DIGESTS --work_dir WORK \
         [--stages lead,baseline,see,paulus,see_rl,peer] [--minutes 60] [--coverage_minutes M] \
         [--baseline_minutes 40] [--paulus_minutes 60] [--rl_minutes 20] [--score 600] \
         [--peer_dir PEER --peer_work PEER_WORK] [--peer_minutes 60] [--skip_peer] \
         [--figure docs/digests_repetition.svg] [--set KEY=VALUE ...]
-    python -m benchmarks.quality_table --corpus digests --work_dir WORK --render
+    python -m benchmarks.digest_table --work_dir WORK --render
 
 DIGESTS holds train.jsonl.gz and validation.jsonl.gz. The first --score validation digests are
 decoded as `pgn_tf.evaluate` decodes them and scored (ROUGE-1/2/Lsum over sentence lines,
@@ -390,7 +390,7 @@ def preset_coverage_share() -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="quality_table.py --corpus digests",
+    p = argparse.ArgumentParser(prog="python -m benchmarks.digest_table",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--data_dir", help="holds the digests' train.jsonl.gz and validation.jsonl.gz")
     p.add_argument("--work_dir", default="runs/digests")
