@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from benchmarks import digest_table as dt
-from benchmarks import quality_table, svg_chart
+from benchmarks import quality_table, runner, svg_chart
 
 
 def test_the_peer_trains_bench_shs_digest_config_without_a_step_limit():
@@ -37,9 +37,9 @@ def test_the_last_checkpoint_is_the_highest_step(tmp_path):
 
 def test_the_peers_clock_stops_it_at_the_deadline(tmp_path):
     log = str(tmp_path / "log.txt")
-    assert dt.run_for([sys.executable, "-c", "print('quick')"], 60, log) is False
+    assert runner.run_for([sys.executable, "-c", "print('quick')"], 60, log) is False
     # a child of the command stops too: the whole process group gets the signal
-    stopped = dt.run_for(["bash", "-c", f"{sys.executable} -c 'import time; time.sleep(600)'; "
+    stopped = runner.run_for(["bash", "-c", f"{sys.executable} -c 'import time; time.sleep(600)'; "
                           "echo never"], 1.0, log)
     assert stopped is True
     lines = open(log).read().splitlines()
