@@ -14,8 +14,12 @@ Signatures:
                        uses the checkpoint config's defaults. The scalars are capped
                        (`--options_max_beam_size`, `--options_max_decode_steps`): the graph
                        checks them (InvalidArgumentError, which a server answers with
-                       INVALID_ARGUMENT) and assets.extra/serving_limits.json lists the caps
-                       so a server can refuse a request before running it.
+                       INVALID_ARGUMENT) and the serving contract lists the caps so a server
+                       can refuse a request before running it.
+The serving contract (pgn_tf.serving_contract: signature and input names, the caps, the decoding
+defaults that size a server's work budget) is stored inside the SavedModel, where a copy of only
+saved_model.pb and variables/ keeps it; assets.extra/config.json (the resolved config, read by
+pipelines and SavedModelSummarizer) and assets.extra/vocab.txt are written for other tools.
 assets.extra/tf_serving_warmup_requests holds one PredictionLog per signature (TF Serving's
 warm-up file format): a server replays them before it marks the version AVAILABLE.
 The export is written to a temp dir, checked (reloaded and compared with in-process decoding, and
@@ -27,7 +31,6 @@ from __future__ import annotations
 
 from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -38,7 +41,17 @@ import tensorflow as tf
 
 from pgn_tf import config as config_lib
 from pgn_tf import graph_check
+from pgn_tf import serving_contract as contract_lib
 from pgn_tf.inference import Summarizer
+from pgn_tf.serving_contract import (
+    ARTICLES,
+    BEAM_SIZE,
+    MAX_DECODE_STEPS,
+    MIN_DECODE_STEPS,
+    SERVING_DEFAULT,
+    SUMMARIZE_OPTIONS,
+    SUMMARIZE_VERBOSE,
+)
 from pgn_tf.utils.errors import UserError, run_cli
 
 CHECK_ARTICLES = [
@@ -62,15 +75,24 @@ def option_limits(cfg, max_beam_size: int | None = None,
     steps = max_decode_steps or max(DEFAULT_MAX_DECODE_STEPS, dc.max_dec_steps)
     if beam < 1 or steps < 1:
         raise UserError(f"options caps must be positive, got beam {beam}, steps {steps}")
-    return {"beam_size": (1, beam), "max_decode_steps": (1, steps),
-            "min_decode_steps": (0, steps)}
+    return {BEAM_SIZE: (1, beam), MAX_DECODE_STEPS: (1, steps), MIN_DECODE_STEPS: (0, steps)}
+
+
+def serving_contract(cfg, limits: dict) -> contract_lib.ServingContract:
+    """What the export promises its server: the decoding defaults serving_default and
+    summarize_verbose bake in (decode.fixed_length, when set, is the steps every signature
+    runs: Summarizer.summarize), and summarize_options' caps (option_limits())."""
+    dc = cfg.decode
+    return contract_lib.ServingContract(
+        beam_size=dc.beam_size, max_decode_steps=dc.fixed_length or dc.max_dec_steps,
+        input_limits={SUMMARIZE_OPTIONS: limits})
 
 
 def _checked_options(limits: dict, beam_size, max_decode_steps, min_decode_steps):
     """The scalars, each passed through an assertion of its (low, high) range and of
     min <= max, so decoding cannot start on an out-of-range request."""
-    values = {"beam_size": beam_size, "max_decode_steps": max_decode_steps,
-              "min_decode_steps": min_decode_steps}
+    values = {BEAM_SIZE: beam_size, MAX_DECODE_STEPS: max_decode_steps,
+              MIN_DECODE_STEPS: min_decode_steps}
     asserts = [tf.debugging.Assert(tf.logical_and(v >= limits[k][0], v <= limits[k][1]),
                                    [f"{k} must be between {limits[k][0]} and {limits[k][1]}, got",
                                     v], name=f"check_{k}")
@@ -89,16 +111,16 @@ def write_warmup_requests(path: str, name: str, cfg, limits: dict) -> None:
     from tensorflow_serving.apis import predict_pb2, prediction_log_pb2
 
     dc = cfg.decode
-    scalars = {"beam_size": dc.beam_size, "max_decode_steps": dc.max_dec_steps,
-               "min_decode_steps": dc.min_dec_steps}
+    scalars = {BEAM_SIZE: dc.beam_size, MAX_DECODE_STEPS: dc.max_dec_steps,
+               MIN_DECODE_STEPS: dc.min_dec_steps}
     scalars = {k: min(max(v, limits[k][0]), limits[k][1]) for k, v in scalars.items()}
     with tf.io.TFRecordWriter(path) as writer:
-        for sig in ("serving_default", "summarize_verbose", "summarize_options"):
+        for sig in (SERVING_DEFAULT, SUMMARIZE_VERBOSE, SUMMARIZE_OPTIONS):
             req = predict_pb2.PredictRequest()
             req.model_spec.name = name
             req.model_spec.signature_name = sig
-            req.inputs["articles"].CopyFrom(tf.make_tensor_proto([WARMUP_ARTICLE.encode()]))
-            if sig == "summarize_options":
+            req.inputs[ARTICLES].CopyFrom(tf.make_tensor_proto([WARMUP_ARTICLE.encode()]))
+            if sig == SUMMARIZE_OPTIONS:
                 for k, v in scalars.items():
                     req.inputs[k].CopyFrom(tf.make_tensor_proto(v, dtype=tf.int32))
             log = prediction_log_pb2.PredictionLog(
@@ -107,12 +129,14 @@ def write_warmup_requests(path: str, name: str, cfg, limits: dict) -> None:
 
 
 def build_archive(summarizer: Summarizer, limits: dict | None = None) -> keras.export.ExportArchive:
-    """limits: option_limits() of summarize_options (default: from the summarizer's config)."""
+    """limits: option_limits() of summarize_options (default: from the summarizer's config).
+    The archive holds the serving contract (serving_contract(): pgn_tf.serving_contract)."""
     limits = limits or option_limits(summarizer.cfg)
     archive = keras.export.ExportArchive()
     archive.track(summarizer.model)
     archive.track(summarizer.table)
-    articles = tf.TensorSpec([None], tf.string, name="articles")
+    contract_lib.attach(archive, serving_contract(summarizer.cfg, limits))
+    articles = tf.TensorSpec([None], tf.string, name=ARTICLES)
     scalar = lambda name: tf.TensorSpec([], tf.int32, name=name)  # noqa: E731
 
     @tf.function(input_signature=[articles])
@@ -126,24 +150,28 @@ def build_archive(summarizer: Summarizer, limits: dict | None = None) -> keras.e
         return {k: out[k] for k in ("summaries", "scores", "tokens", "attention", "p_gen",
                                     "raw_summaries", "raw_tokens")}
 
-    @tf.function(input_signature=[articles, scalar("beam_size"), scalar("max_decode_steps"),
-                                  scalar("min_decode_steps")])
+    @tf.function(input_signature=[articles, scalar(BEAM_SIZE), scalar(MAX_DECODE_STEPS),
+                                  scalar(MIN_DECODE_STEPS)])
     def options(articles, beam_size, max_decode_steps, min_decode_steps):
         beam_size, max_decode_steps, min_decode_steps = _checked_options(
             limits, beam_size, max_decode_steps, min_decode_steps)
         out = summarizer.summarize(articles, beam_size, max_decode_steps, min_decode_steps)
         return {"summaries": out["summaries"], "scores": out["scores"]}
 
-    archive.add_endpoint("serving_default", serve)
-    archive.add_endpoint("summarize_verbose", verbose)
-    archive.add_endpoint("summarize_options", options)
+    archive.add_endpoint(SERVING_DEFAULT, serve)
+    archive.add_endpoint(SUMMARIZE_VERBOSE, verbose)
+    archive.add_endpoint(SUMMARIZE_OPTIONS, options)
     return archive
 
 
 def verify(path: str, summarizer: Summarizer, articles: list[str]) -> None:
-    """Reloads the export and checks it returns what in-process decoding returns."""
+    """Reloads the export and checks it returns what in-process decoding returns, and that its
+    serving contract reads back and describes its signatures."""
     loaded = tf.saved_model.load(path)
-    got = loaded.signatures["serving_default"](articles=tf.constant(articles))["summaries"]
+    contract = contract_lib.from_saved_model(loaded)
+    contract.check_signatures({k: fn.structured_input_signature[1]
+                               for k, fn in loaded.signatures.items()})
+    got = loaded.signatures[SERVING_DEFAULT](**{ARTICLES: tf.constant(articles)})["summaries"]
     want = summarizer.summarize(tf.constant(articles))["summaries"]
     got, want = got.numpy().tolist(), want.numpy().tolist()
     if got != want:
@@ -193,8 +221,6 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
         os.makedirs(extra, exist_ok=True)
         summarizer.cfg.save(os.path.join(extra, "config.json"))  # with the decode overrides
         shutil.copy(os.path.join(model_dir, "vocab.txt"), os.path.join(extra, "vocab.txt"))
-        with open(os.path.join(extra, "serving_limits.json"), "w") as f:
-            json.dump({"summarize_options": {k: list(v) for k, v in limits.items()}}, f)
         write_warmup_requests(os.path.join(extra, "tf_serving_warmup_requests"), name,
                               summarizer.cfg, limits)
         if check:

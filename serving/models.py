@@ -12,6 +12,13 @@ started on, so a swap never fails a request in flight, and nothing else holds it
 queue lives only while it holds requests (serving.batching), so an unloaded version is freed
 once its last request is answered (LoadedVersion.live() counts the versions alive).
 
+What the export promises the server (its input limits, the decoding defaults that size a
+request's work budget) is read from the SavedModel itself when a version loads
+(pgn_tf.serving_contract); a version whose contract cannot be read is served with the
+conservative contract, serving_contract.CONSERVATIVE, and one warning naming the model, the
+version and what was wrong. The assets.extra/ files of an export are not read for limits: a copy
+of only saved_model.pb and variables/ is held to the same limits as the full export.
+
 Version dirs are served only from inside the base path: a version dir that is, or holds, a
 symbolic link leading out of it is refused with one warning (and never walked), where stock
 TF Serving follows such links.
@@ -24,7 +31,6 @@ import ctypes.util
 import dataclasses
 import functools
 import gc
-import json
 import logging
 import os
 import re
@@ -36,6 +42,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
+from pgn_tf import serving_contract
 from pgn_tf.serving.status import echo, not_found, redact
 
 log = logging.getLogger("serving")
@@ -58,13 +65,14 @@ class Signature:
 
 
 class LoadedVersion:
-    """One loaded SavedModel version: its signatures, signature defs and input limits.
+    """One loaded SavedModel version: its signatures, signature defs and serving contract.
 
-    `input_limits` comes from the export's assets.extra/serving_limits.json when it has one:
-    {signature: {input: [low, high]}} for scalar inputs (pgn_tf.export writes the caps of
-    summarize_options there; the graph checks the same caps). `decode_defaults` is the
-    export's decoding defaults from assets.extra/config.json (beam_size, max_decode_steps), when
-    it has one: the work a request may ask for is counted with them (serving.predict).
+    `contract` is the export's pgn_tf.serving_contract.ServingContract, read from the SavedModel
+    (read_contract), or serving_contract.CONSERVATIVE when it cannot be read; `contract_problem`
+    then says why (None when it was read). `input_limits` is the contract's
+    {signature: {scalar input: (low, high)}} (the ranges the graph asserts; serving.validation
+    checks them first) and `decode_defaults` its {beam_size, max_decode_steps}: the work a
+    request may ask for is counted with them (serving.predict).
 
     Every instance is counted in `live()` until it is garbage: a version that outlives its
     unload shows there.
@@ -87,8 +95,10 @@ class LoadedVersion:
             sm = saved_model_pb2.SavedModel.FromString(f.read())
         self.signature_defs = {k: v for k, v in sm.meta_graphs[0].signature_def.items()
                                if not k.startswith("__")}
-        self.input_limits = read_input_limits(path)
-        self.decode_defaults = read_decode_defaults(path)
+        self.contract, self.contract_problem = read_contract(name, version, self.module,
+                                                             self.signatures)
+        self.input_limits = {sig: dict(r) for sig, r in self.contract.input_limits.items()}
+        self.decode_defaults = self.contract.decode_defaults
 
     @staticmethod
     def live(collect: bool = False) -> int:
@@ -100,28 +110,29 @@ class LoadedVersion:
         return len(LoadedVersion._live)
 
 
-def read_decode_defaults(path: str) -> dict:
-    """{"beam_size": int, "max_decode_steps": int} from a pgn_tf export's config, else {}."""
-    f = os.path.join(path, "assets.extra", "config.json")
-    if not tf.io.gfile.exists(f):
-        return {}
-    with tf.io.gfile.GFile(f) as fh:
-        decode = json.load(fh).get("decode", {})
+def read_contract(name: str, version: int, module, signatures: dict
+                  ) -> tuple[serving_contract.ServingContract, str | None]:
+    """(contract, None) when the loaded SavedModel `module` holds a readable contract that
+    describes its `signatures` ({name: Signature}); else (serving_contract.CONSERVATIVE, the
+    problem), with one warning naming the model, the version and the problem."""
     try:
-        return {"beam_size": int(decode["beam_size"]),
-                "max_decode_steps": int(decode["max_dec_steps"])}
-    except (KeyError, TypeError, ValueError):
-        return {}
+        contract = serving_contract.from_saved_model(module)
+        contract.check_signatures({k: s.inputs for k, s in signatures.items()})
+        return contract, None
+    except serving_contract.ContractError as e:
+        c = serving_contract.CONSERVATIVE
+        problem = str(e)
+        log.warning("model %s version %d: cannot read its serving contract: %s; serving it "
+                    "with the conservative budget (requests counted as beam %d x %d steps a "
+                    "row, %s %s) until it is re-exported with pgn_tf.export", name, version,
+                    problem, c.beam_size, c.max_decode_steps, serving_contract.SUMMARIZE_OPTIONS,
+                    describe_limits(c.input_limits[serving_contract.SUMMARIZE_OPTIONS]))
+        return c, problem
 
 
-def read_input_limits(path: str) -> dict:
-    f = os.path.join(path, "assets.extra", "serving_limits.json")
-    if not tf.io.gfile.exists(f):
-        return {}
-    with tf.io.gfile.GFile(f) as fh:
-        raw = json.load(fh)
-    return {sig: {k: (int(lo), int(hi)) for k, (lo, hi) in inputs.items()}
-            for sig, inputs in raw.items()}
+def describe_limits(limits: dict) -> str:
+    """{input: (low, high)} -> "beam_size in [1, 4], ..." for messages."""
+    return ", ".join(f"{k} in [{lo}, {hi}]" for k, (lo, hi) in limits.items())
 
 
 @functools.cache

@@ -7,9 +7,13 @@ The work budget: a decoding request costs about rows x beam x decoding steps mod
 row's article is cut to the export's max_enc_steps tokens in the graph, so a step's cost per
 hypothesis is bounded, and the article bytes by --max_request_bytes). The inputs `beam_size`
 and `max_decode_steps` (summarize_options) give the beam and the steps; other signatures use
-the export's decoding defaults (LoadedVersion.decode_defaults). The budget is --max_decode_work,
-or by default what the largest serving_default request may cost: --max_batch_rows x the
-export's beam size x its max decoding steps. A request over it is refused before it runs.
+the export's decoding defaults. Both those defaults and the ranges of the scalar inputs come
+from the serving contract stored in the SavedModel (LoadedVersion.contract,
+pgn_tf.serving_contract). The budget is --max_decode_work, or by default what the largest
+serving_default request may cost: --max_batch_rows x the export's beam size x its max decoding
+steps. A request over it is refused before it runs. A version whose contract cannot be read is
+held to the conservative contract (serving_contract.CONSERVATIVE: beam 4 x 120 steps a row,
+summarize_options' scalars capped to those), and a refusal on it says so: never no budget.
 """
 
 from __future__ import annotations
@@ -18,14 +22,23 @@ import time
 
 import tensorflow as tf
 
+from pgn_tf import serving_contract
 from pgn_tf.serving import validation
 from pgn_tf.serving.batching import BatchScheduler
 from pgn_tf.serving.cancel import Call, Watchdog
 from pgn_tf.serving.metrics import Metrics
-from pgn_tf.serving.models import LoadedVersion, ModelRegistry, Signature
+from pgn_tf.serving.models import LoadedVersion, ModelRegistry, Signature, describe_limits
 from pgn_tf.serving.status import Code, RequestError, from_exception, invalid
+from pgn_tf.serving_contract import ARTICLES, BEAM_SIZE, MAX_DECODE_STEPS, SERVING_DEFAULT
 
-DEFAULT_SIGNATURE = "serving_default"
+DEFAULT_SIGNATURE = SERVING_DEFAULT
+
+
+class OverBudget(RequestError):
+    """INVALID_ARGUMENT: a request over the version's work budget or its contract's ranges."""
+
+    def __init__(self, message: str):
+        super().__init__(Code.INVALID_ARGUMENT, message)
 
 
 class Predictor:
@@ -77,33 +90,46 @@ class Predictor:
         arrays, sizes = {}, {}
         for key, spec in sig.inputs.items():
             arrays[key], sizes[key] = convert(key, values[key], spec, self.limits, sig.batchable)
-        validation.check_request(sig.inputs, arrays, sizes, self.limits, sig.batchable,
-                                 loaded.input_limits.get(sig.name))
-        self.check_work(loaded, sig, arrays)
+        try:
+            validation.check_request(sig.inputs, arrays, sizes, self.limits, sig.batchable,
+                                     loaded.input_limits.get(sig.name))
+            self.check_work(loaded, sig, arrays)
+        except RequestError as e:
+            if loaded.contract_problem is None:
+                raise
+            # The limits are the conservative contract's, tighter than the export's may be.
+            raise OverBudget(f"{e.message} ({self.conservative_note(loaded)})") from None
         return arrays
 
-    def work_budget(self, loaded: LoadedVersion) -> int | None:
-        """rows x beam x steps one request may ask of `loaded` (None: not a decoding model)."""
+    def work_budget(self, loaded: LoadedVersion) -> int:
+        """rows x beam x steps one request may ask of `loaded`."""
         if self.max_decode_work:
             return self.max_decode_work
         d = loaded.decode_defaults
-        if not d:
-            return None
-        return self.limits.max_batch_rows * d["beam_size"] * d["max_decode_steps"]
+        return self.limits.max_batch_rows * d[BEAM_SIZE] * d[MAX_DECODE_STEPS]
+
+    def conservative_note(self, loaded: LoadedVersion) -> str:
+        """Why a version without a readable contract refuses what its export might take."""
+        limits = loaded.input_limits.get(serving_contract.SUMMARIZE_OPTIONS, {})
+        return (f"version {loaded.version} of model '{loaded.name}' has no readable serving "
+                f"contract, so this server holds it to the conservative budget: "
+                f"{describe_limits(limits)}, rows x beam x steps at most "
+                f"{self.work_budget(loaded):,}")
 
     def check_work(self, loaded: LoadedVersion, sig: Signature, arrays: dict) -> None:
-        """Refuses a request whose rows x beam x steps is over the budget (before it runs)."""
-        budget = self.work_budget(loaded)
-        if budget is None or "articles" not in arrays:
+        """Refuses a request whose rows x beam x steps is over the budget (before it runs). A
+        signature without an `articles` input decodes nothing (not a summarizer's)."""
+        if ARTICLES not in arrays:
             return
+        budget = self.work_budget(loaded)
         d = loaded.decode_defaults
-        rows = int(arrays["articles"].shape[0]) if arrays["articles"].ndim else 1
-        beam = int(arrays["beam_size"]) if "beam_size" in arrays else d.get("beam_size", 1)
-        steps = (int(arrays["max_decode_steps"]) if "max_decode_steps" in arrays
-                 else d.get("max_decode_steps", 1))
+        rows = int(arrays[ARTICLES].shape[0]) if arrays[ARTICLES].ndim else 1
+        beam = int(arrays[BEAM_SIZE]) if BEAM_SIZE in arrays else d[BEAM_SIZE]
+        steps = (int(arrays[MAX_DECODE_STEPS]) if MAX_DECODE_STEPS in arrays
+                 else d[MAX_DECODE_STEPS])
         work = rows * beam * steps
         if work > budget:
-            raise invalid(
+            raise OverBudget(
                 f"request asks for {rows} rows x beam {beam} x {steps} steps = {work:,} decoding "
                 f"steps, over the server's --max_decode_work of {budget:,} (rows x beam_size x "
                 f"max_decode_steps); send fewer rows, a smaller beam or fewer steps")

@@ -5,15 +5,23 @@ loads and before it is marked AVAILABLE, so the first real request does not pay 
 graph optimisation. `pgn_tf.export` writes the file; stock TF Serving replays the same one.
 
 A record that is not a predict_log, more than MAX_RECORDS records, or a request that fails makes
-the version's load fail (it is then retried like any failed load), as in TF Serving.
+the version's load fail (it is then retried like any failed load), as in TF Serving. One
+exception: on a version served with the conservative contract (its own could not be read:
+serving.models), a request refused by that contract's limits is skipped, not a failure, since
+no client may send it either; the version still loads, within those limits.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
+
+from pgn_tf.serving.predict import OverBudget
+
+log = logging.getLogger("serving")
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 MAX_RECORDS = 1000  # TF Serving's limit
@@ -40,15 +48,23 @@ def read_requests(version_dir: str) -> list:
 def replay(predictor, loaded, requests: list, iterations: int = 1) -> int:
     """Runs each warm-up request on `loaded` through the predictor's checks; returns the count.
     Raises ValueError naming the record that failed."""
-    n = 0
+    n, skipped = 0, set()
     for _ in range(iterations):
         for i, request in enumerate(requests):
             try:
                 sig = predictor.signature(loaded, request.model_spec.signature_name)
                 inputs = predictor.inputs_from_protos(loaded, sig, dict(request.inputs))
                 predictor.predict(loaded, sig, inputs)
+            except OverBudget as e:
+                if loaded.contract_problem is None:
+                    raise ValueError(f"warm-up request {i} failed: {e.message}") from None
+                skipped.add(i)
+                continue
             except Exception as e:
                 message = getattr(e, "message", None) or str(e)
                 raise ValueError(f"warm-up request {i} failed: {message}") from None
             n += 1
+    if skipped:
+        log.info("model %s version %d: skipped warm-up requests %s, over the conservative "
+                 "contract's limits", loaded.name, loaded.version, sorted(skipped))
     return n

@@ -10,6 +10,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from pgn_tf import export
+from pgn_tf import serving_contract as sc
 from pgn_tf.inference import Summarizer
 from pgn_tf.utils.errors import UserError
 
@@ -84,7 +85,9 @@ def test_decode_overrides_are_baked_into_the_export(trained_model_dir, tmp_path)
                          overrides=["decode.max_dec_steps=2", "decode.min_dec_steps=0"])
     with open(os.path.join(path, "assets.extra", "config.json")) as f:
         assert json.load(f)["decode"]["max_dec_steps"] == 2
-    out = tf.saved_model.load(path).signatures["summarize_verbose"](articles=tf.constant([ARTICLE]))
+    loaded = tf.saved_model.load(path)
+    assert sc.from_saved_model(loaded).max_decode_steps == 2  # the contract says what is baked in
+    out = loaded.signatures["summarize_verbose"](articles=tf.constant([ARTICLE]))
     assert out["tokens"].shape[1] <= 2
 
 
@@ -108,3 +111,29 @@ def test_a_dropped_load_of_the_export_is_freed(exported):
         assert loaded.signatures["serving_default"] is not None
         del loaded
     assert live_functions() == before
+
+
+def test_the_serving_contract_travels_in_saved_model_pb_and_variables(exported, trained_model_dir,
+                                                                      tmp_path):
+    """A copy of only saved_model.pb and variables/ (what many TF Serving users copy) holds the
+    contract: the export's decoding defaults and summarize_options' caps, as the graph checks
+    them; serving does not need assets.extra/ for its limits."""
+    import shutil
+
+    _, _, path = exported
+    bare = tmp_path / "1"
+    bare.mkdir()
+    shutil.copy(os.path.join(path, "saved_model.pb"), bare / "saved_model.pb")
+    shutil.copytree(os.path.join(path, "variables"), bare / "variables")
+    keys = [k for k, _ in tf.train.list_variables(str(bare / "variables" / "variables"))]
+    assert f"{sc.SAVED_MODEL_ATTR}/0/.ATTRIBUTES/VARIABLE_VALUE" in keys  # a variable's value
+    loaded = tf.saved_model.load(str(bare))
+    contract = sc.from_saved_model(loaded)
+    cfg = Summarizer.from_model_dir(trained_model_dir).cfg
+    assert contract == export.serving_contract(cfg, export.option_limits(cfg))
+    assert (contract.beam_size, contract.max_decode_steps) == (cfg.decode.beam_size, 16)
+    assert contract.input_limits == {sc.SUMMARIZE_OPTIONS: {
+        sc.BEAM_SIZE: (1, 16), sc.MAX_DECODE_STEPS: (1, 400), sc.MIN_DECODE_STEPS: (0, 400)}}
+    contract.check_signatures({k: fn.structured_input_signature[1]
+                               for k, fn in loaded.signatures.items()})
+    assert not os.path.exists(os.path.join(path, "assets.extra", "serving_limits.json"))
