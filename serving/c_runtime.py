@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 
+from pgn_tf.serving_contract import ARTICLES, SERVING_DEFAULT
 from pgn_tf.utils.quiet import add_verbose_flag
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "saved_model_run.c")
@@ -165,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         try:
             binary = build(tmp)
-            out = run_signature(binary, args.saved_model, "serving_default",
-                                {"articles": args.articles}, ["summaries", "scores"])
+            out = run_signature(binary, args.saved_model, SERVING_DEFAULT,
+                                {ARTICLES: args.articles}, ["summaries", "scores"])
         except (RuntimeError, KeyError, ValueError) as e:
             print(f"pgn_tf.serving.c_runtime: error: {e}")
             return 2

@@ -23,22 +23,23 @@ import grpc
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
+from pgn_tf.serving_contract import ARTICLES, SERVING_DEFAULT
 from pgn_tf.utils.quiet import add_verbose_flag
 
 
-def make_request(model_name: str, articles: list[str], signature: str = "serving_default",
+def make_request(model_name: str, articles: list[str], signature: str = SERVING_DEFAULT,
                  version: int | None = None) -> predict_pb2.PredictRequest:
     request = predict_pb2.PredictRequest()
     request.model_spec.name = model_name
     request.model_spec.signature_name = signature
     if version is not None:
         request.model_spec.version.value = version
-    request.inputs["articles"].CopyFrom(
+    request.inputs[ARTICLES].CopyFrom(
         tf.make_tensor_proto([a.encode("utf-8") for a in articles], dtype=tf.string))
     return request
 
 
-def summarize(server: str, model_name: str, articles: list[str], signature: str = "serving_default",
+def summarize(server: str, model_name: str, articles: list[str], signature: str = SERVING_DEFAULT,
               version: int | None = None, timeout: float = 60.0) -> list[str]:
     """Summaries of `articles` over gRPC."""
     request = make_request(model_name, articles, signature, version)
@@ -50,7 +51,7 @@ def summarize(server: str, model_name: str, articles: list[str], signature: str 
 
 
 def summarize_rest(server: str, model_name: str, articles: list[str],
-                   signature: str = "serving_default", version: int | None = None,
+                   signature: str = SERVING_DEFAULT, version: int | None = None,
                    timeout: float = 60.0) -> list[str]:
     """Summaries of `articles` over REST (`instances` row format)."""
     path = f"/v1/models/{model_name}" + (f"/versions/{version}" if version else "") + ":predict"
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("text", nargs="?", help="the article, or - (default) for standard input")
     p.add_argument("--server", default="localhost:8500")
     p.add_argument("--model_name", default="pgn")
-    p.add_argument("--signature", default="serving_default")
+    p.add_argument("--signature", default=SERVING_DEFAULT)
     p.add_argument("--version", type=int)
     p.add_argument("--rest", action="store_true", help="use the REST API (server is host:rest_port)")
     p.add_argument("--timeout", type=float, default=60.0)
