@@ -2,19 +2,20 @@
 
 from setuptools import find_packages, setup
 
-# Each console command is its `python -m` form: pgn-summarize ARGS == python -m pgn_tf.summarize ARGS.
+# Each console command is its `python -m` form (pgn_tf/commands.py's COMMANDS): pgn-summarize ARGS
+# == python -m pgn_tf.summarize ARGS, both through pgn_tf.commands.run_command (a quiet start).
 COMMANDS = {
-    "pgn-train": "pgn_tf.train:main",
-    "pgn-evaluate": "pgn_tf.evaluate:main",
-    "pgn-summarize": "pgn_tf.summarize:main",
-    "pgn-export": "pgn_tf.export:main",
-    "pgn-serve": "pgn_tf.serving.server:main",
-    "pgn-pipeline": "pgn_tf.pipelines.run:main",
-    "pgn-preprocess": "pgn_tf.pipelines.preprocess:main",
-    "pgn-batch-summarize": "pgn_tf.pipelines.summarize:main",
-    "pgn-average-checkpoints": "pgn_tf.average_checkpoints:main",
-    "pgn-tune": "pgn_tf.tune:main",
-    "pgn-quickstart": "pgn_tf.quickstart:main",
+    "pgn-train": "pgn_tf.commands:train",
+    "pgn-evaluate": "pgn_tf.commands:evaluate",
+    "pgn-summarize": "pgn_tf.commands:summarize",
+    "pgn-export": "pgn_tf.commands:export",
+    "pgn-serve": "pgn_tf.commands:serve",
+    "pgn-pipeline": "pgn_tf.commands:pipeline",
+    "pgn-preprocess": "pgn_tf.commands:preprocess",
+    "pgn-batch-summarize": "pgn_tf.commands:batch_summarize",
+    "pgn-average-checkpoints": "pgn_tf.commands:average_checkpoints",
+    "pgn-tune": "pgn_tf.commands:tune",
+    "pgn-quickstart": "pgn_tf.commands:quickstart",
 }
 
 setup(

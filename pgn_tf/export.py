@@ -29,11 +29,13 @@ then renamed into place, so a server polling BASE/NAME never sees half a model.
 
 from __future__ import annotations
 
-from pgn_tf.utils.quiet import add_verbose_flag  # isort: skip  (first: quiets TF's start)
+if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.export"))
 import argparse
 import os
 import shutil
-import sys
 import time
 
 import keras
@@ -53,6 +55,7 @@ from pgn_tf.serving_contract import (
     SUMMARIZE_VERBOSE,
 )
 from pgn_tf.utils.errors import UserError, run_cli
+from pgn_tf.utils.quiet import add_verbose_flag
 
 CHECK_ARTICLES = [
     "the council said on monday that the bridge near the station would be repaired .",
@@ -263,7 +266,3 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     return run_cli("pgn_tf.export", main_args, build_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -24,10 +24,9 @@ def rows(*values):
 class Recorder:
     """A run function that records the batches it was given and echoes its input."""
 
-    def __init__(self, delay=0.0, gate=None):
+    def __init__(self, gate=None):
         self.batches = []
-        self.delay = delay  # the model's run time
-        self.gate = gate
+        self.gate = gate  # holds the batch in the model until set
         self.entered = threading.Event()  # a batch reached the model
         self.lock = threading.Lock()
 
@@ -35,7 +34,6 @@ class Recorder:
         self.entered.set()
         if self.gate is not None:
             self.gate.wait(10)
-        time.sleep(self.delay)
         with self.lock:
             self.batches.append([x.decode() for x in inputs["a"]])
         return {"out": inputs["a"]}
@@ -81,16 +79,22 @@ def test_bad_parameters_are_refused_at_start_up(text, message):
 
 
 def test_concurrent_requests_are_merged_and_split_back():
-    run = Recorder(delay=0.05)
-    s = BatchScheduler(BatchingParameters(max_batch_size=8, batch_timeout_micros=100_000,
-                                          num_batch_threads=1), on_batch=None)
+    """Three 2-row requests fill a 6-row batch: the full batch, not a timer, makes it run, so
+    they share one batch however slowly their threads start (the timeout is never reached)."""
+    run, seen = Recorder(), []
+    s = BatchScheduler(BatchingParameters(max_batch_size=6, batch_timeout_micros=3_600_000_000,
+                                          num_batch_threads=1),
+                       on_batch=lambda key, n, padded: seen.append((key, n, padded)))
     try:
         out = concurrently([lambda i=i: s.submit("k", run, rows(i, i + 10)) for i in range(3)])
     finally:
         s.close()
-    for i, o in enumerate(out):
+    for i, o in enumerate(out):  # each gets its own rows back, in its own order
+        assert isinstance(o, dict), o
         assert [x.decode() for x in o["out"]] == [str(i), str(i + 10)]
-    assert sum(len(b) for b in run.batches) == 6 and len(run.batches) < 3
+    assert seen == [("k", 6, 6)]  # one run of the model, with all six rows
+    assert len(run.batches) == 1 and sorted(run.batches[0]) == sorted(
+        str(v) for i in range(3) for v in (i, i + 10))
 
 
 def test_a_request_over_max_batch_size_is_invalid_not_resource_exhausted():
@@ -140,14 +144,20 @@ def test_variable_length_inputs_are_padded_only_when_asked():
 
     a = {"a": np.ones([1, 2], np.float32)}
     b = {"a": np.ones([1, 3], np.float32)}
-    for pad, shapes in [(True, {(1, 3)}), (False, {(1, 2), (1, 3)})]:
-        s = BatchScheduler(BatchingParameters(max_batch_size=4, batch_timeout_micros=200_000,
-                                              num_batch_threads=1, pad_variable_length_inputs=pad))
+    # padded: the two 1-row requests fill a 2-row batch, so they run together (the full batch
+    # starts it, never the timer); not padded: their shapes differ, so each runs alone, the
+    # short timeout letting the one left over run
+    for pad, max_rows, timeout, shapes in [(True, 2, 3_600_000_000, {(1, 3)}),
+                                           (False, 4, 200_000, {(1, 2), (1, 3)})]:
+        s = BatchScheduler(BatchingParameters(max_batch_size=max_rows, num_batch_threads=1,
+                                              batch_timeout_micros=timeout,
+                                              pad_variable_length_inputs=pad))
         try:
             out = concurrently([lambda s=s: s.submit("k", run, a),
                                 lambda s=s: s.submit("k", run, b)])
         finally:
             s.close()
+        assert all(isinstance(o, dict) for o in out), out
         assert {o["out"].shape for o in out} == shapes
         if pad:
             assert out[0]["out"].tolist() == [[1.0, 1.0, 0.0]]

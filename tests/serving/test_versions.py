@@ -18,6 +18,7 @@ from tensorflow_serving.apis import (
     prediction_log_pb2,
 )
 
+from pgn_tf.serving import models
 from pgn_tf.serving.batching import BatchingParameters
 from pgn_tf.serving.models import LoadedVersion, ModelSpec, ServedModel
 from pgn_tf.serving.server import Server
@@ -254,31 +255,53 @@ def test_version_labels_over_grpc_and_rest(tmp_path):
         srv.stop()
 
 
-def test_a_failed_version_is_retried_on_a_backoff(tiny_model, tmp_path):
+class Clock:
+    """Stands in for the time module in serving.models: monotonic() returns `now`, which the test
+    moves. A poll then falls inside or past a backoff by the clock the backoff was set on, never
+    by how fast the machine runs the test."""
+
+    def __init__(self, now: float = 0.0):
+        self.now = now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_a_failed_version_is_retried_on_a_backoff(tiny_model, tmp_path, monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(models, "time", clock)
     base = str(tmp_path / "m")
     add_version(base, 1, tiny_model)
     attempts = []
 
     def flaky_load(name, version, path):  # the first two loads fail (a full disk, say)
-        attempts.append(time.monotonic())
+        attempts.append(clock.now)
         if len(attempts) <= 2:
             raise OSError(f"transient failure reading {path}/variables")
         return LoadedVersion(name, version, path)
 
-    model = ServedModel("m", ModelSpec(base), load=flaky_load, load_retry_interval_s=0.2,
+    model = ServedModel("m", ModelSpec(base), load=flaky_load, load_retry_interval_s=60,
                         max_load_retries=5)
     model.poll()
-    assert model.loaded_versions() == [] and len(attempts) == 1
+    assert model.loaded_versions() == [] and attempts == [0]
     (_, state, message), = model.status()
     assert state == "END" and "transient failure" in message and str(tmp_path) not in message
+    clock.now = 59
     model.poll()
-    assert len(attempts) == 1  # within the backoff: not retried
-    deadline = time.monotonic() + 10
-    while not model.loaded_versions() and time.monotonic() < deadline:
-        time.sleep(0.05)
-        model.poll()
-    assert model.loaded_versions() == [1] and len(attempts) == 3
-    assert attempts[1] - attempts[0] >= 0.2 and attempts[2] - attempts[1] >= 0.4  # doubling
+    assert attempts == [0]  # within the first backoff (60 s): not retried
+    clock.now = 60
+    model.poll()
+    assert attempts == [0, 60] and model.loaded_versions() == []  # retried at its end; failed
+    clock.now = 179
+    model.poll()
+    assert attempts == [0, 60]  # the second backoff is doubled: 120 s from the retry
+    clock.now = 180
+    model.poll()
+    assert attempts == [0, 60, 180] and model.loaded_versions() == [1]
+    assert 1 not in model._failed  # loaded: its failures are forgotten
 
 
 def test_retries_stop_after_max_then_a_file_change_retries(tiny_model, tmp_path):
