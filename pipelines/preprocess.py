@@ -3,11 +3,12 @@ vocab.
 
     python -m pgn_tf.pipelines.preprocess --input 'stories/*.story' --format story \
         --output_dir OUT --vocab_size 50000 [--split train=0.9,validation=0.05,test=0.05 | --split_files url_lists/] \
-        [--runner DirectRunner] [other Beam pipeline options]
+        [--runner DirectRunner | DaskRunner --dask_client_address HOST:PORT] [other Beam options]
 
-An Apache Beam pipeline, so a corpus too large for one machine runs unchanged on any Beam
-runner (Dataflow, Flink, Spark); here it runs on the DirectRunner. Files are read and written
-through Beam's file systems (local paths, gs://, s3://, hdfs://), nothing is assumed local.
+An Apache Beam pipeline, so a corpus too large for one machine runs unchanged on a Beam runner:
+the DirectRunner (default) and Beam's DaskRunner on a dask.distributed cluster are tested here
+and give the same files and counts. Files are read and written through Beam's file systems
+(local paths, gs://, s3://, hdfs://), nothing is assumed local.
 
     read (jsonl | story | see_bin | tfds | parallel)   malformed records counted, never fatal;
                                                  a damaged gzip keeps the lines before the damage
@@ -17,9 +18,30 @@ through Beam's file systems (local paths, gs://, s3://, hdfs://), nothing is ass
       -> split: by a hash of the id, or by the CNN/DM url lists (`--split_files`)
       -> OUT/<split>-SSSSS-of-NNNNN.tfrecord    (pgn_tf.data.tfrecord's schema: raw text)
       -> OUT/vocab.txt                          (training split's tokens, Beam combiners)
-      -> OUT/stats.json                         read = dropped + duplicates + sum(splits)
+      -> OUT/counts.json -> OUT/stats.json      read = dropped + duplicates + sum(splits)
 
-Every count comes from Beam metrics, so the summary is the same on any runner.
+Portable by construction: the pipeline uses only what every runner runs the same way: Create,
+ParDo (no outputs from finish_bundle, no tagged outputs, no side inputs), GroupByKey,
+CombinePerKey and Flatten, and ends in one step that every other branch feeds. Beam's DaskRunner
+(Beam 2.77) was found here to mishandle the rest:
+  - counts: its result has no metrics (`NotImplementedError`), so every count is a `Count`
+    element travelling with the data; the counts are summed with a CombinePerKey and written by
+    the pipeline itself to OUT/counts.json, which the driver reads for stats.json. Counted as
+    data, a retried bundle cannot count twice (a counter's "attempted" value can).
+  - one leaf: it computes only the last step's graph, so the TFRecord and vocab writers emit
+    the counts of what they wrote and the counts file, written last, depends on all of them;
+  - tagged outputs (`with_outputs`, `beam.Partition`) reach every consumer of the step, so a
+    step's kinds of output are told apart by type (`Count`) or by a tag value and a Filter;
+  - a DoFn's finish_bundle outputs are dropped, which loses BatchElements' last batch, Top's
+    per-bundle results and a runner-sharded file sink's files; side inputs are recomputed
+    inside the task that reads them (Beam's file sinks re-ran their writes three times and
+    left temp dirs). So batches come from a GroupByKey on hash buckets (`Batches`), the top
+    words from a CombinePerKey, and files from `WriteShards`: records keyed to a fixed number
+    of shards, grouped, each shard written sorted under a temporary name and renamed, so a
+    retried write (a worker lost mid-run) rewrites the same file.
+On the DaskRunner a step runs as one dask task per partition of the Create it descends from: the
+files are matched in up to MAX_READ_SHARDS parts, which `--dask_npartitions` spreads over the
+workers.
 """
 
 from __future__ import annotations
@@ -29,6 +51,7 @@ if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf
 
     raise SystemExit(run_command("pgn_tf.pipelines.preprocess"))
 import argparse
+import collections
 import gzip
 import hashlib
 import json
@@ -38,31 +61,35 @@ import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics, MetricsFilter
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from pgn_tf.data.example import Example, ReadStats
+from pgn_tf.pipelines.portable import (
+    COUNTS_FILE,
+    MAX_READ_SHARDS,
+    Batches,
+    Count,
+    Files,
+    MatchParts,
+    SplitCounts,
+    WriteCounts,
+    WriteShards,
+    buckets_for,
+    counts_of,
+    hash_fraction,
+    pipeline_options,
+    read_counts,
+    remove_temporaries,
+    run_pipeline,
+    shards_for,
+)
 from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
 FORMATS = ("jsonl", "story", "see_bin", "tfds", "parallel")
-NAMESPACE = "pgn_tf.preprocess"
 # CNN/DM's url lists (See et al.'s cnn-dailymail repo) -> our split names.
 URL_LISTS = {"all_train.txt": "train", "all_val.txt": "validation", "all_test.txt": "test"}
-
-
-# -- counting -------------------------------------------------------------------------------
-
-
-def _report(stats: ReadStats) -> None:
-    """Moves a reader's ReadStats into Beam counters (read, dropped: <reason>)."""
-    Metrics.counter(NAMESPACE, "read").inc(stats.read)
-    for reason, n in stats.dropped.items():
-        Metrics.counter(NAMESPACE, f"dropped: {reason}").inc(n)
-
-
-def _drop(reason: str) -> None:
-    Metrics.counter(NAMESPACE, f"dropped: {reason}").inc()
+TOKENIZE_BATCH = 512  # examples per tokenizer call
+VOCAB = ""  # WriteShards' name for vocab.txt: never a split's (parse_split refuses empty names)
 
 
 # -- reading --------------------------------------------------------------------------------
@@ -74,9 +101,9 @@ def _parse_jsonl_line(raw: bytes):
     stats = ReadStats()
     # Without an id in the record, the article's hash is a stable one on any runner.
     ex = jsonl.parse_line(raw, "sha1:" + hashlib.sha1(raw).hexdigest()[:16], stats)
-    _report(stats)
     if ex is not None:
         yield ex
+    yield from counts_of(stats)
 
 
 def _parse_jsonl_file(readable):
@@ -92,16 +119,15 @@ def _parse_jsonl_file(readable):
             ex = jsonl.parse_line(line, "sha1:" + hashlib.sha1(line).hexdigest()[:16], stats)
             if ex is not None:
                 yield ex
-    _report(stats)
+    yield from counts_of(stats)
 
 
-def _parse_story(readable) -> list[Example]:
+def _parse_story(readable) -> list[Example | Count]:
     from pgn_tf.data import stories
 
     stats = ReadStats()
     ex = stories.story_example(readable.read(), readable.metadata.path, stats)
-    _report(stats)
-    return [ex] if ex is not None else []
+    return ([ex] if ex is not None else []) + counts_of(stats)
 
 
 def _parse_see_bin(readable):
@@ -110,7 +136,7 @@ def _parse_see_bin(readable):
     stats = ReadStats()
     with readable.open() as f:
         yield from see_bin.read_see_bin_file(f, readable.metadata.path, stats)
-    _report(stats)
+    yield from counts_of(stats)
 
 
 def _read_tfds(spec: str):
@@ -119,7 +145,7 @@ def _read_tfds(spec: str):
     data_dir, _, split = spec.partition(":")
     stats = ReadStats()
     yield from tfds_reader.read_tfds(data_dir, split or "train", stats=stats)
-    _report(stats)
+    yield from counts_of(stats)
 
 
 def _read_parallel(spec: str):
@@ -127,7 +153,7 @@ def _read_parallel(spec: str):
 
     stats = ReadStats()
     yield from parallel.read_parallel(spec, stats)
-    _report(stats)
+    yield from counts_of(stats)
 
 
 def file_patterns(input_path: str, fmt: str) -> list[str]:
@@ -160,48 +186,44 @@ def data_fingerprint(input_path: str, fmt: str) -> dict:
 
 
 class Read(beam.PTransform):
-    """PBegin -> PCollection[Example] for one input format.
+    """PBegin -> PCollection[Example | Count] for one input format.
 
     input_path: a file, glob or (story) directory; for tfds, `DATA_DIR[:split]`.
+    parts: how many parts the files are matched in (MatchParts).
     """
 
-    def __init__(self, input_path: str, fmt: str):
+    def __init__(self, input_path: str, fmt: str, parts: int = 1):
         super().__init__()
         self.input_path = input_path
         self.fmt = fmt
+        self.parts = parts
 
     def expand(self, pbegin):
+        if self.fmt in ("tfds", "parallel"):  # one reader: the files must stay in step
+            read = _read_tfds if self.fmt == "tfds" else _read_parallel
+            return pbegin | beam.Create([self.input_path]) | beam.FlatMap(read)
+        paths = pbegin | MatchParts(file_patterns(self.input_path, self.fmt), self.parts)
         if self.fmt == "jsonl":
             # Uncompressed files through the text source, which splits a large file across
             # workers; gzipped ones (never split) whole, so a damaged one is noticed and named.
-            gz, plain = (
-                pbegin
-                | "MatchJsonl" >> fileio.MatchFiles(self.input_path)
-                | "GzOrNot" >> beam.Partition(
-                    lambda m, _: 0 if m.path.endswith(".gz") else 1, 2)
-            )
+            gz = paths | "Gz" >> beam.Filter(lambda path: path.endswith(".gz"))
+            plain = paths | "Plain" >> beam.Filter(lambda path: not path.endswith(".gz"))
             from_gz = gz | fileio.ReadMatches() | "ParseGz" >> beam.FlatMap(_parse_jsonl_file)
             from_text = (
                 plain
-                | beam.Map(lambda m: m.path)
                 | beam.io.ReadAllFromText(coder=beam.coders.BytesCoder())
                 | "ParseLines" >> beam.FlatMap(_parse_jsonl_line)
             )
             return (from_gz, from_text) | "AllJsonl" >> beam.Flatten()
-        if self.fmt in ("tfds", "parallel"):  # one reader: the files must stay in step
-            read = _read_tfds if self.fmt == "tfds" else _read_parallel
-            return pbegin | beam.Create([self.input_path]) | beam.FlatMap(read)
-        pattern = file_patterns(self.input_path, self.fmt)[0]
-        files = pbegin | fileio.MatchFiles(pattern) | fileio.ReadMatches()
         parse = _parse_story if self.fmt == "story" else _parse_see_bin
-        return files | beam.FlatMap(parse)
+        return paths | fileio.ReadMatches() | beam.FlatMap(parse)
 
 
 # -- tokenizing, cleaning, dedupe -------------------------------------------------------------
 
 
 class TokenizeBatch(beam.DoFn):
-    """[Example] -> (Example, article tokens, summary tokens), with the model's tokenizer.
+    """[Example] -> (Example, article tokens, summary tokens) | Count, with the model's tokenizer.
 
     Batched so one TF call tokenizes a few hundred examples (per-element calls would spend their
     time in TF dispatch). Examples whose article or summary has no token are dropped (counted).
@@ -229,9 +251,9 @@ class TokenizeBatch(beam.DoFn):
                                     [e.summary.encode() for e in batch])
         for ex, a, s in zip(batch, arts.to_list(), sums.to_list()):
             if not a:
-                _drop("empty article")
+                yield Count("dropped: empty article")
             elif not s:
-                _drop("empty summary")
+                yield Count("dropped: empty summary")
             else:
                 yield ex, [t.decode() for t in a], [t.decode() for t in s]
 
@@ -242,13 +264,14 @@ def article_key(item) -> tuple[str, tuple]:
     return hashlib.sha1(" ".join(item[1]).encode()).hexdigest(), item
 
 
-def keep_one(keyed) -> tuple:
-    """One example per article: the lowest id, so the choice is the same on every run."""
+def keep_one(keyed):
+    """One example per article: the lowest id (then text), so the choice is the same on every
+    run and runner; the others are counted as duplicates."""
     _, items = keyed
-    items = sorted(items, key=lambda it: it[0].id)
+    items = sorted(items, key=lambda it: (it[0].id, it[0].article, it[0].summary))
     if len(items) > 1:
-        Metrics.counter(NAMESPACE, "duplicate article").inc(len(items) - 1)
-    return items[0]
+        yield Count("duplicate article", len(items) - 1)
+    yield items[0]
 
 
 # -- splitting ------------------------------------------------------------------------------
@@ -274,16 +297,12 @@ def parse_split(spec: str) -> list[tuple[str, float]]:
     return parts
 
 
-def hash_fraction(key: str) -> float:
-    """A stable number in [0, 1) for a key (the same on every machine and Python version)."""
-    return int(hashlib.sha1(key.encode()).hexdigest()[:15], 16) / 16**15
-
-
 class HashSplit:
     """Assigns an example to a split by the hash of its id."""
 
     def __init__(self, parts: list[tuple[str, float]]):
         self.names = [n for n, _ in parts]
+        self.shares = dict(parts)  # split -> expected share of the examples
         self.bounds, acc = [], 0.0
         for _, f in parts:
             acc += f
@@ -319,6 +338,8 @@ class UrlListSplit:
     def __init__(self, mapping: dict[str, str]):
         self.names = [*URL_LISTS.values()]
         self.mapping = mapping
+        listed = list(mapping.values())
+        self.shares = {n: listed.count(n) / max(1, len(listed)) for n in self.names}
 
     def __call__(self, item, num_partitions: int) -> int:
         split = self.mapping.get(item[0].id)
@@ -329,13 +350,23 @@ class UrlListSplit:
 
 
 def serialize(item) -> bytes:
+    """The tf.train.Example of a (Example, tokens, tokens) item, with its features in one order
+    (byte-identical files on every runner)."""
     from pgn_tf.data import tfrecord
 
-    return tfrecord.to_tf_example(item[0]).SerializeToString()
+    return tfrecord.to_tf_example(item[0]).SerializeToString(deterministic=True)
+
+
+def _split_record(tagged, split_names: list[str]):
+    """(split index, item) -> (split name, id, serialized Example) for WriteShards; nothing for
+    an example in no split."""
+    index, item = tagged
+    if index < len(split_names):
+        yield split_names[index], item[0].id, serialize(item)
 
 
 class _VocabOrder:
-    """Top.Of key: higher count first, then the word in ascending order (pgn_tf.vocab's
+    """TopCombineFn key: higher count first, then the word in ascending order (pgn_tf.vocab's
     Vocab.from_counter order, so both ways of building a vocab agree)."""
 
     __slots__ = ("count", "word")
@@ -351,63 +382,94 @@ def vocab_lines(top: list[tuple[str, int]]) -> str:
     return "\n".join(f"{w} {c}" for w, c in top)
 
 
+def _token_counts(batch) -> list[tuple[str, int]]:
+    """[(Example, article tokens, summary tokens)] -> (token, count in the batch)."""
+    counts = collections.Counter()
+    for _, article, summary in batch:
+        counts.update(article)
+        counts.update(summary)
+    return list(counts.items())
+
+
+def _vocab_records(keyed_top):
+    """(None, top words) -> (VOCAB, rank, b"word count") for WriteShards (sorted by rank)."""
+    return [(VOCAB, rank, f"{w} {c}".encode()) for rank, (w, c) in enumerate(keyed_top[1])]
+
+
+def _of_split(item, index: int):
+    return [item[1]] if item[0] == index else []
+
+
 def build(p: beam.Pipeline, input_path: str, fmt: str, output_dir: str, vocab_size: int,
-          splitter, split_names: list[str], min_count: int = 1, num_shards: int = 0,
-          lowercase: bool = True, replace_digits: bool = False) -> None:
-    """Adds the whole preprocessing graph to pipeline p."""
+          splitter, split_names: list[str], min_count: int = 1,
+          num_shards: dict[str, int] | int = 1, lowercase: bool = True,
+          replace_digits: bool = False, read_parts: int = 1, buckets: int = 1) -> None:
+    """Adds the whole preprocessing graph to pipeline p; its last step writes
+    OUT/counts.json (read by collect_stats).
+
+    num_shards: TFRecord files per split ({split: n}, or one n for all); read_parts: MatchParts'
+    parts; buckets: the tokenizer's batching buckets (Batches)."""
     from pgn_tf.vocab import SPECIAL_TOKENS
 
-    examples = (
-        p
-        | "Read" >> Read(input_path, fmt)
-        | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=512)
-        | "Tokenize" >> beam.ParDo(TokenizeBatch(lowercase, replace_digits))
+    counts = []  # every branch's PCollection[Count]; WriteCounts, applied last, gathers them
+
+    def apart(pcoll, label):
+        data, counted = pcoll | label >> SplitCounts()
+        counts.append(counted)
+        return data
+
+    examples = apart(p | "Read" >> Read(input_path, fmt, read_parts), "ReadCounts")
+    tokenized = apart(
+        examples
+        | "Batch" >> Batches(lambda ex: ex.id, TOKENIZE_BATCH, buckets)
+        | "Tokenize" >> beam.ParDo(TokenizeBatch(lowercase, replace_digits)),
+        "TokenizeCounts")
+    unique = apart(
+        tokenized
         | "KeyByArticle" >> beam.Map(article_key)
         | "GroupByArticle" >> beam.GroupByKey()
-        | "Dedupe" >> beam.Map(keep_one)
-    )
-    parts = examples | "Split" >> beam.Partition(splitter, len(split_names) + 1)
-    for i, name in enumerate(split_names):
-        part = parts[i]
-        _ = (
-            part
-            | f"Count_{name}" >> beam.Map(lambda x, n=name: Metrics.counter(
-                NAMESPACE, f"kept: {n}").inc())
-        )
-        _ = (
-            part
-            | f"Serialize_{name}" >> beam.Map(serialize)
-            | f"Write_{name}" >> beam.io.WriteToTFRecord(
-                FileSystems.join(output_dir, name), file_name_suffix=".tfrecord",
-                num_shards=num_shards)
-        )
-    _ = parts[len(split_names)] | "Unlisted" >> beam.Map(lambda _: _drop("not in any split"))
-
-    train = parts[split_names.index("train")]
-    _ = (
+        | "Dedupe" >> beam.FlatMap(keep_one),
+        "DedupeCounts")
+    # The split is a tag on each example, not beam.Partition's tagged outputs (which reach
+    # every consumer on the DaskRunner); all files are written by one WriteShards.
+    n = len(split_names)
+    tagged = unique | "Split" >> beam.Map(lambda item: (splitter(item, n + 1), item))
+    counts.append(tagged | "Unlisted" >> beam.FlatMap(
+        lambda item: [Count("dropped: not in any split")] if item[0] == n else []))
+    files = {name: Files(FileSystems.join(output_dir, name), ".tfrecord",
+                         num_shards[name] if isinstance(num_shards, dict) else num_shards,
+                         "tfrecord", f"kept: {name}") for name in split_names}
+    files[VOCAB] = Files(FileSystems.join(output_dir, "vocab"), ".txt", None, "text",
+                         "vocab words")
+    records = tagged | "Serialize" >> beam.FlatMap(_split_record, split_names)
+    train = tagged | "Train" >> beam.FlatMap(_of_split, split_names.index("train"))
+    vocab = (
         train
-        | "Tokens" >> beam.FlatMap(lambda item: item[1] + item[2])
-        | "CountTokens" >> beam.combiners.Count.PerElement()
+        # Counted per batch first: a CombinePerKey over every token would move each token on
+        # the DaskRunner, which has no combiner lifting.
+        | "VocabBatch" >> Batches(lambda item: item[0].id, TOKENIZE_BATCH, buckets)
+        | "BatchTokens" >> beam.FlatMap(_token_counts)
+        | "CountTokens" >> beam.CombinePerKey(sum)
         | "MinCount" >> beam.Filter(lambda wc: wc[1] >= min_count and wc[0] not in SPECIAL_TOKENS)
-        | "TopWords" >> beam.combiners.Top.Of(vocab_size - len(SPECIAL_TOKENS), key=_VocabOrder)
-        | "VocabText" >> beam.Map(vocab_lines)
-        | "WriteVocab" >> beam.io.WriteToText(
-            FileSystems.join(output_dir, "vocab"), file_name_suffix=".txt",
-            shard_name_template="")
-    )
+        # A CombinePerKey, not Top.Of (whose per-bundle tops come from finish_bundle)
+        | "KeyAll" >> beam.Map(lambda wc: (None, wc))
+        | "TopWords" >> beam.CombinePerKey(beam.combiners.TopCombineFn(
+            vocab_size - len(SPECIAL_TOKENS), key=_VocabOrder))
+        | "VocabLines" >> beam.FlatMap(_vocab_records))
+    counts.append((records, vocab) | "AllFiles" >> beam.Flatten()
+                  | "Write" >> WriteShards(files))
+    _ = counts | "AllCounts" >> beam.Flatten() | "WriteCounts" >> WriteCounts(
+        FileSystems.join(output_dir, COUNTS_FILE))
 
 
-def collect_stats(result, split_names: list[str]) -> dict:
-    """Beam counters -> {read, kept: {split: n}, dropped: {reason: n}, duplicates}."""
-    counters = {}
-    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
-        value = c.committed if c.committed is not None else c.attempted
-        counters[c.key.metric.name] = counters.get(c.key.metric.name, 0) + value
+def collect_stats(counters: dict[str, int], split_names: list[str]) -> dict:
+    """The pipeline's counts ({name: n}, OUT/counts.json) -> {read, kept: {split: n},
+    dropped: {reason: n}, duplicates, accounted}."""
     stats = {
         "read": counters.get("read", 0),
         "kept": {n: counters.get(f"kept: {n}", 0) for n in split_names},
         "dropped": {k[len("dropped: "):]: v for k, v in sorted(counters.items())
-                    if k.startswith("dropped: ")},
+                    if k.startswith("dropped: ") and v},
         "duplicates": counters.get("duplicate article", 0),
     }
     stats["accounted"] = (sum(stats["kept"].values()) + sum(stats["dropped"].values())
@@ -428,6 +490,8 @@ def run(args, beam_args: list[str] | None = None) -> dict:
         raise UserError(f"unknown --format '{args.format}' ({', '.join(FORMATS)})")
     if args.vocab_size <= 4:
         raise UserError(f"--vocab_size must exceed the 4 special tokens, got {args.vocab_size}")
+    if args.num_shards < 0:
+        raise UserError(f"--num_shards must be 0 (pick by size) or more, got {args.num_shards}")
     if args.format == "tfds":
         data_dir = args.input.split(":")[0]
         if not FileSystems.exists(data_dir):
@@ -452,14 +516,23 @@ def run(args, beam_args: list[str] | None = None) -> dict:
     stale = FileSystems.match([FileSystems.join(args.output_dir, "*.tfrecord")])[0].metadata_list
     if stale:
         raise UserError(f"--output_dir {args.output_dir} already holds TFRecords; use a new one")
+    options = pipeline_options(args.runner, beam_args, "preprocess")
 
-    options = PipelineOptions(beam_args or [], runner=args.runner)
-    t0 = time.perf_counter()
-    with beam.Pipeline(options=options) as p:
+    data = data_fingerprint(args.input, args.format)
+    shards = {n: args.num_shards or shards_for(data["bytes"] * splitter.shares.get(n, 0))
+              for n in names}
+
+    def build_fn(p):
         build(p, args.input, args.format, args.output_dir, args.vocab_size, splitter, names,
-              args.min_count, args.num_shards, not args.no_lowercase, args.replace_digits)
+              args.min_count, shards, not args.no_lowercase, args.replace_digits,
+              read_parts=min(MAX_READ_SHARDS, data["files"]),
+              buckets=buckets_for(data["bytes"], TOKENIZE_BATCH))
+
+    t0 = time.perf_counter()
+    run_pipeline(build_fn, options, "preprocess", args.runner)
     seconds = time.perf_counter() - t0
-    stats = collect_stats(p.result, names)
+    remove_temporaries(args.output_dir)
+    stats = collect_stats(read_counts(FileSystems.join(args.output_dir, COUNTS_FILE)), names)
     stats.update(seconds=round(seconds, 2),
                  records_per_sec=round(stats["read"] / seconds, 1) if seconds else 0.0,
                  input=args.input, format=args.format, runner=args.runner)
@@ -487,10 +560,13 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--split", default="train=0.9,validation=0.05,test=0.05")
     group.add_argument("--split_files", help="dir with CNN/DM all_train.txt, all_val.txt, "
                        "all_test.txt url lists")
-    p.add_argument("--num_shards", type=int, default=0, help="0: the runner decides")
+    p.add_argument("--num_shards", type=int, default=0,
+                   help="TFRecord files per split (0: one per 128 MiB of the split's input)")
     p.add_argument("--no_lowercase", action="store_true")
     p.add_argument("--replace_digits", action="store_true")
-    p.add_argument("--runner", default="DirectRunner")
+    p.add_argument("--runner", default="DirectRunner",
+                   help="a Beam runner: DirectRunner, DaskRunner (with --dask_client_address "
+                        "HOST:PORT), DataflowRunner, ...")
     add_verbose_flag(p)
     return p
 

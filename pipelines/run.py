@@ -33,6 +33,8 @@ Config (YAML; `--set section.key=value` overrides a scalar):
     run_dir: runs/pipeline/debian
     preprocess: {input: data/*.jsonl.gz, format: jsonl, vocab_size: 5000,
                  split: "train=0.95,validation=0.05", beam_args: []}
+                 # beam_args: the Beam pipeline's flags, e.g. [--runner, DaskRunner,
+                 # --dask_client_address, "HOST:PORT", --dask_npartitions, "8"]
     train: {config: see2017_pgn, set: [train.max_steps=2000, ...]}
     evaluate: {limit: 500, batch_size: 64}
     bless: {metric: rougeLsum, margin: 0.0, lead_words: 8}

@@ -2,21 +2,31 @@
 Beam's RunInference, for corpora that need more than one machine.
 
     python -m pgn_tf.pipelines.summarize --saved_model BASE/NAME/VERSION \
-        --input 'articles-*.jsonl.gz' \
-        --output OUT/summaries [--format jsonl|text] [--runner DirectRunner] [Beam options]
+        --input 'articles-*.jsonl.gz' --output OUT/summaries [--format jsonl|text] \
+        [--runner DirectRunner | DaskRunner --dask_client_address HOST:PORT] [Beam options]
 
 The single-machine form is `python -m pgn_tf.summarize --input`; this one reads through Beam's
-file systems (local, gs://, s3://, hdfs://) and runs on any Beam runner (DirectRunner here).
+file systems (local, gs://, s3://, hdfs://) and runs on a Beam runner: the DirectRunner (default)
+and Beam's DaskRunner on a dask.distributed cluster are tested here and write the same files.
 
-    match --input -> read each file's lines (numbered; `.gz` decompressed)
+    match --input (MatchParts) -> read each file's lines (numbered; `.gz` decompressed)
       -> parse: JSONL objects with an `article` field, or one article a plain-text line
          (a line that is not UTF-8, not JSON, not an object, or has no article is a bad line)
-      -> RunInference(KeyedModelHandler(SavedModelHandler))   the export's serving_default,
-         in batches of similar length (pgn_tf.inference.SavedModelSummarizer.decode)
+      -> batch: up to WINDOW_BATCHES model batches, by a hash of (file, line) (Batches)
+      -> RunInference(KeyedModelHandler(SavedModelHandler), pre-batched)   the export's
+         serving_default, each batch sorted by length (pgn_tf.inference.SavedModelSummarizer)
       -> OUT-SSSSS-of-NNNNN.jsonl   each record with `summary` added (plain-text lines become
-                                    {"file", "line", "article", "summary"})
-      -> OUT-errors-SSSSS-of-NNNNN.txt   "FILE:LINE: reason" for every bad line
-Counts (lines, records, bad lines, summaries) come from Beam metrics and are printed at the end.
+                                    {"file", "line", "article", "summary"}), in (file, line) order
+      -> OUT-errors-00000-of-00001.txt   "FILE:LINE: reason" for every bad line
+      -> OUT-counts.json            lines, records, bad lines, summaries: printed at the end
+
+It is built from the same portable pieces as pgn_tf.pipelines.preprocess, for the reasons its
+docstring gives (Beam's DaskRunner has no metrics, drops finish_bundle outputs and tagged
+outputs' routing, and computes only the last step): counts are `Count` elements summed by the
+pipeline into OUT-counts.json, bad lines are `ErrorLine` elements told apart by type, batches
+come from a GroupByKey (RunInference's own BatchElements would lose its last batch), and files
+from WriteShards. A worker loads the SavedModel once: RunInference keeps it in a process-wide
+`shared.Shared` handle across the bundles (dask tasks) it runs.
 """
 
 from __future__ import annotations
@@ -30,21 +40,35 @@ import gzip
 import json
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import apache_beam as beam
 from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.ml.inference.base import (
     KeyedModelHandler,
     ModelHandler,
     PredictionResult,
     RunInference,
 )
-from apache_beam.options.pipeline_options import PipelineOptions
 
+from pgn_tf.pipelines.portable import (
+    MAX_READ_SHARDS,
+    Batches,
+    Count,
+    Files,
+    MatchParts,
+    SplitCounts,
+    WriteCounts,
+    WriteShards,
+    buckets_for,
+    pipeline_options,
+    read_counts,
+    remove_temporaries,
+    run_pipeline,
+    shards_for,
+)
 from pgn_tf.summarize import raw_lines
 from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
@@ -63,11 +87,12 @@ class SavedModelHandler(ModelHandler[str, PredictionResult, Any]):
 
     Args:
       path: the exported version dir (BASE/NAME/VERSION); batch_size: articles per model call
-        (default: the export's decode.batch_size); Beam batches hold up to WINDOW_BATCHES of them.
+        (default: the export's decode.batch_size). The pipeline hands it batches of up to
+        WINDOW_BATCHES model batches.
     """
 
     def __init__(self, path: str, batch_size: int):
-        super().__init__(min_batch_size=1, max_batch_size=batch_size * WINDOW_BATCHES)
+        super().__init__()
         self.path = path
         self.batch_size = batch_size
 
@@ -79,7 +104,6 @@ class SavedModelHandler(ModelHandler[str, PredictionResult, Any]):
     def run_inference(self, batch: Sequence[str], model, inference_args=None
                       ) -> Iterable[PredictionResult]:
         results = model.decode(list(batch), self.batch_size)
-        Metrics.counter(NAMESPACE, "summaries").inc(len(results))
         return [PredictionResult(article, r["summary"], model_id=self.path)
                 for article, r in zip(batch, results)]
 
@@ -87,9 +111,9 @@ class SavedModelHandler(ModelHandler[str, PredictionResult, Any]):
         return NAMESPACE
 
 
-def read_lines(readable) -> Iterable[tuple[str, int, bytes | None]]:
+def read_lines(readable) -> Iterable[tuple[str, int, bytes | None] | Count]:
     """(file, line number, line without its end) of one matched file; a damaged gzip ends it
-    with (file, next line number, None)."""
+    with (file, next line number, None). Then Count("lines", whole lines)."""
     path = readable.metadata.path
     with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as raw:
         f = gzip.GzipFile(fileobj=raw) if path.endswith(".gz") else raw
@@ -98,14 +122,23 @@ def read_lines(readable) -> Iterable[tuple[str, int, bytes | None]]:
             yield path, lineno, line
             if line is not None:
                 whole = lineno
-    Metrics.counter(NAMESPACE, "lines").inc(whole)
+    yield Count("lines", whole)
+
+
+class ErrorLine(NamedTuple):
+    """A line that holds no article, and why."""
+
+    file: str
+    line: int
+    reason: str
+
+    def text(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
 
 
 class ParseLine(beam.DoFn):
-    """(file, line, raw) -> ((file, line), record) with the article at `field`; bad lines go
-    to the tagged output "bad" as "FILE:LINE: reason"."""
-
-    BAD = "bad"
+    """(file, line, raw) -> ((file, line), record) with the article at `field`, or an ErrorLine;
+    each with its Count (records, bad lines)."""
 
     def __init__(self, fmt: str, field: str):
         self.fmt = fmt
@@ -121,35 +154,56 @@ class ParseLine(beam.DoFn):
         try:
             record = parse_line(raw, fmt, self.field)
         except BadLine as e:
-            Metrics.counter(NAMESPACE, "bad lines").inc()
-            yield beam.pvalue.TaggedOutput(self.BAD, f"{path}:{lineno}: {e}")
+            yield Count("bad lines")
+            yield ErrorLine(path, lineno, str(e))
             return
         if record is None:
             return
-        Metrics.counter(NAMESPACE, "records").inc()
+        yield Count("records")
         if fmt == "text":
             record = {"file": path, "line": lineno, **record}
         yield (path, lineno), record
 
 
+def _row(keyed_result, output_field: str) -> tuple[str, tuple[str, int], bytes]:
+    """(((file, line), record), PredictionResult) -> ("rows", (file, line), JSON line)."""
+    (where, record), result = keyed_result
+    return "rows", where, json.dumps({**record, output_field: result.inference},
+                             ensure_ascii=False).encode("utf-8")
+
+
 def build(p, pattern: str, fmt: str | None, field: str, output_field: str, output: str,
-          handler: SavedModelHandler, num_shards: int) -> None:
-    parsed = (p
-              | "Match" >> fileio.MatchFiles(pattern)
-              | "Open" >> fileio.ReadMatches()
-              | "Lines" >> beam.FlatMap(read_lines)
-              | "Parse" >> beam.ParDo(ParseLine(fmt, field)).with_outputs(ParseLine.BAD,
-                                                                          main="records"))
-    records = parsed.records
-    (records
-     | "Articles" >> beam.Map(lambda kv: ((kv[0], kv[1]), kv[1][field]))
-     | "Summarize" >> RunInference(KeyedModelHandler(handler))
-     | "Rows" >> beam.Map(lambda kv: json.dumps(
-         {**kv[0][1], output_field: kv[1].inference}, ensure_ascii=False))
-     | "Write" >> beam.io.WriteToText(output, file_name_suffix=".jsonl", num_shards=num_shards))
-    (parsed[ParseLine.BAD]
-     | "WriteErrors" >> beam.io.WriteToText(output + "-errors", file_name_suffix=".txt",
-                                            num_shards=1))
+          handler: SavedModelHandler, num_shards: int, read_parts: int = 1,
+          buckets: int = 1) -> None:
+    """Adds the job to pipeline p; its last step writes OUT-counts.json (read by counts())."""
+    counts = []
+
+    def apart(pcoll, label):
+        data, counted = pcoll | label >> SplitCounts()
+        counts.append(counted)
+        return data
+
+    lines = apart(p
+                  | "Match" >> MatchParts([pattern], read_parts)
+                  | "Open" >> fileio.ReadMatches()
+                  | "Lines" >> beam.FlatMap(read_lines), "LineCounts")
+    parsed = apart(lines | "Parse" >> beam.ParDo(ParseLine(fmt, field)), "ParseCounts")
+    records = parsed | "Records" >> beam.Filter(lambda x: not isinstance(x, ErrorLine))
+    errors = parsed | "Errors" >> beam.Filter(lambda x: isinstance(x, ErrorLine))
+    rows = (records
+            | "Articles" >> beam.Map(lambda kv: (kv, kv[1][field]))
+            | "Batch" >> Batches(lambda item: item[0][0], handler.batch_size * WINDOW_BATCHES,
+                                 buckets)
+            | "Summarize" >> RunInference(KeyedModelHandler(handler).with_no_batching())
+            | "Rows" >> beam.Map(_row, output_field))
+    error_lines = errors | "ErrorText" >> beam.Map(
+        lambda e: ("errors", (e.file, e.line), e.text().encode("utf-8")))
+    files = {"rows": Files(output, ".jsonl", num_shards, "text", "summaries"),
+             "errors": Files(output + "-errors", ".txt", 1, "text", "errors written")}
+    counts.append((rows, error_lines) | "AllFiles" >> beam.Flatten()
+                  | "Write" >> WriteShards(files))
+    _ = counts | "AllCounts" >> beam.Flatten() | "WriteCounts" >> WriteCounts(
+        output + "-counts.json")
 
 
 def export_config(path: str):
@@ -164,29 +218,37 @@ def export_config(path: str):
         return config_lib.Config.from_dict(json.loads(f.read().decode("utf-8")))
 
 
-def counts(result) -> dict:
-    out = {"lines": 0, "records": 0, "bad lines": 0, "summaries": 0}
-    for c in result.metrics().query(MetricsFilter().with_namespace(NAMESPACE))["counters"]:
-        if c.key.metric.name in out:
-            out[c.key.metric.name] += c.committed if c.committed is not None else c.attempted
-    return out
+def counts(output: str) -> dict:
+    """The job's counts, from OUT-counts.json."""
+    found = read_counts(output + "-counts.json")
+    return {k: found.get(k, 0) for k in ("lines", "records", "bad lines", "summaries")}
 
 
 def run(args, beam_args: list[str] | None = None) -> dict:
     """Runs the pipeline; returns the counts."""
-    if not FileSystems.match([args.input])[0].metadata_list:
+    matched = FileSystems.match([args.input])[0].metadata_list
+    if not matched:
         raise UserError(f"--input {args.input} matches no file")
     if args.batch_size is not None and args.batch_size <= 0:
         raise UserError("--batch_size must be positive")
+    if args.num_shards < 0:
+        raise UserError(f"--num_shards must be 0 (pick by size) or more, got {args.num_shards}")
     batch_size = args.batch_size or export_config(args.saved_model).decode.batch_size
     handler = SavedModelHandler(args.saved_model, batch_size)
-    options = PipelineOptions(beam_args or [], runner=args.runner)
-    t0 = time.perf_counter()
-    with beam.Pipeline(options=options) as p:
+    options = pipeline_options(args.runner, beam_args, "batch summarize")
+    size = sum(m.size_in_bytes for m in matched)
+
+    def build_fn(p):
         build(p, args.input, args.format, args.field, args.output_field, args.output, handler,
-              args.num_shards)
+              args.num_shards or shards_for(size), read_parts=min(MAX_READ_SHARDS, len(matched)),
+              buckets=buckets_for(size, batch_size * WINDOW_BATCHES))
+
+    t0 = time.perf_counter()
+    run_pipeline(build_fn, options, "batch summarize", args.runner)
     seconds = time.perf_counter() - t0
-    stats = counts(p.result)
+    directory, name = FileSystems.split(args.output)
+    remove_temporaries(directory, f"{name}-")  # .tmp-OUT-... of killed writes
+    stats = counts(args.output)
     stats.update(seconds=round(seconds, 2), runner=args.runner,
                  articles_per_sec=round(stats["summaries"] / seconds, 2) if seconds else 0.0)
     print(f"[pipelines.summarize] {stats['lines']} lines: {stats['records']} records, "
@@ -212,8 +274,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_field", default="summary", help="field the summary goes to")
     p.add_argument("--batch_size", type=int,
                    help="articles per model call (default: the export's decode.batch_size)")
-    p.add_argument("--num_shards", type=int, default=0, help="output shards (0: the runner's)")
-    p.add_argument("--runner", default="DirectRunner")
+    p.add_argument("--num_shards", type=int, default=0,
+                   help="output files (0: one per 128 MiB of input)")
+    p.add_argument("--runner", default="DirectRunner",
+                   help="a Beam runner: DirectRunner, DaskRunner (with --dask_client_address "
+                        "HOST:PORT), DataflowRunner, ...")
     add_verbose_flag(p)
     return p
 
