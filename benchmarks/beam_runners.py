@@ -53,32 +53,23 @@ def main() -> None:
         exs = synthetic.generate(a.records, seed=11)
         for i in range(a.files):
             jsonl.write_jsonl(exs[i :: a.files], os.path.join(data, f"part-{i}.jsonl.gz"))
-        runners = {"direct": [], "dask": ["--runner", "DaskRunner", "--dask_client_address",
-                                          cluster.scheduler_address, "--dask_npartitions", "2"]}
+        runners = {"direct": {}, "dask": {"runner": "DaskRunner", "beam_args": [
+            "--dask_client_address", cluster.scheduler_address, "--dask_npartitions", "2"]}}
 
-        def fastest(label: str, run, argv_for) -> tuple[float, dict, str]:
+        def fastest(label: str, run) -> tuple[float, dict, str]:
             """(seconds, stats, output dir) of the fastest of a.repeats runs of
-            run(argv_for(output dir))."""
+            run(output dir)."""
             best = None
             for r in range(a.repeats):
                 out = os.path.join(tmp, f"{label}-{r}")
-                stats = run(argv_for(out))
+                stats = run(out)
                 if best is None or stats["seconds"] < best[0]:
                     best = (stats["seconds"], stats, out)
             return best
 
-        def run_preprocess(argv):
-            args, beam_args = preprocess.build_parser().parse_known_args(argv)
-            return preprocess.run(args, beam_args)
-
-        def run_summarize(argv):
-            args, beam_args = summarize.build_parser().parse_known_args(argv)
-            return summarize.run(args, beam_args)
-
-        pre = {name: fastest(f"preprocess-{name}", run_preprocess, lambda out, flags=flags: [
-            "--input", os.path.join(data, "*.jsonl.gz"), "--format", "jsonl",
-            "--vocab_size", "20000", "--output_dir", out, *flags])
-            for name, flags in runners.items()}
+        pre = {name: fastest(f"preprocess-{name}", lambda out, kw=kw: preprocess.preprocess_corpus(
+            os.path.join(data, "*.jsonl.gz"), out, fmt="jsonl", vocab_size=20000, **kw))
+            for name, kw in runners.items()}
         for name, (seconds, stats, _) in pre.items():
             result[f"preprocess_{name}_records_per_sec"] = round(stats["read"] / seconds, 1)
             result[f"preprocess_{name}_ms_per_record"] = round(1000 * seconds / stats["read"], 3)
@@ -92,10 +83,9 @@ def main() -> None:
         if a.saved_model:
             src = os.path.join(tmp, "articles.jsonl.gz")
             jsonl.write_jsonl(synthetic.generate(a.summarize_records, seed=12), src)
-            summ = {name: fastest(f"summarize-{name}", run_summarize, lambda out, flags=flags: [
-                "--saved_model", a.saved_model, "--input", src,
-                "--output", os.path.join(out, "s"), *flags])
-                for name, flags in runners.items()}
+            summ = {name: fastest(f"summarize-{name}", lambda out, kw=kw: summarize.summarize_files(
+                a.saved_model, src, os.path.join(out, "s"), **kw))
+                for name, kw in runners.items()}
             for name, (seconds, stats, _) in summ.items():
                 result[f"summarize_{name}_articles_per_sec"] = round(
                     stats["summaries"] / seconds, 2)

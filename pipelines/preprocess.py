@@ -24,7 +24,7 @@ Portable by construction: the pipeline uses only what every runner runs the same
 ParDo (no outputs from finish_bundle, no tagged outputs, no side inputs), GroupByKey,
 CombinePerKey and Flatten, and ends in one step that every other branch feeds. Beam's DaskRunner
 (Beam 2.77) was found here to mishandle the rest:
-  - counts: its result has no metrics (`NotImplementedError`), so every count is a `Count`
+  - counts: its result reports no metrics (asking raises), so every count is a `Count`
     element travelling with the data; the counts are summed with a CombinePerKey and written by
     the pipeline itself to OUT/counts.json, which the driver reads for stats.json. Counted as
     data, a retried bundle cannot count twice (a counter's "attempted" value can).
@@ -56,6 +56,7 @@ import gzip
 import hashlib
 import json
 import time
+from collections.abc import Sequence
 
 import apache_beam as beam
 from apache_beam.io import fileio
@@ -484,66 +485,84 @@ def format_stats(stats: dict) -> str:
             f"{stats['duplicates']} + dropped {sum(stats['dropped'].values())} ({dropped})")
 
 
-def run(args, beam_args: list[str] | None = None) -> dict:
-    """Runs the pipeline; returns the stats (also written to OUT/stats.json)."""
-    if args.format not in FORMATS:
-        raise UserError(f"unknown --format '{args.format}' ({', '.join(FORMATS)})")
-    if args.vocab_size <= 4:
-        raise UserError(f"--vocab_size must exceed the 4 special tokens, got {args.vocab_size}")
-    if args.num_shards < 0:
-        raise UserError(f"--num_shards must be 0 (pick by size) or more, got {args.num_shards}")
-    if args.format == "tfds":
-        data_dir = args.input.split(":")[0]
+def preprocess_corpus(input_path: str, output_dir: str, *, fmt: str, vocab_size: int = 50_000,
+                      min_count: int = 1, split: str = "train=0.9,validation=0.05,test=0.05",
+                      split_files: str | None = None, num_shards: int = 0,
+                      lowercase: bool = True, replace_digits: bool = False,
+                      runner: str = "DirectRunner", beam_args: Sequence[str] = ()) -> dict:
+    """Runs the pipeline (module docstring) on `input_path` (a file, glob or story dir;
+    tfds:DATA_DIR[:split]; parallel text) of format `fmt` into `output_dir`; returns the stats
+    (also written to OUTPUT_DIR/stats.json). split: "name=share,..." by a hash of the id, or
+    split_files: a dir of CNN/DM's url lists; num_shards: a split's TFRecord files (0: one per
+    128 MiB of input); runner and beam_args: Beam's (`DaskRunner` with --dask_client_address
+    ...). Raises UserError for a bad argument or path, before the pipeline starts."""
+    if fmt not in FORMATS:
+        raise UserError(f"unknown --format '{fmt}' ({', '.join(FORMATS)})")
+    if vocab_size <= 4:
+        raise UserError(f"--vocab_size must exceed the 4 special tokens, got {vocab_size}")
+    if num_shards < 0:
+        raise UserError(f"--num_shards must be 0 (pick by size) or more, got {num_shards}")
+    if fmt == "tfds":
+        data_dir = input_path.split(":")[0]
         if not FileSystems.exists(data_dir):
             raise UserError(f"--input {data_dir} does not exist")
-    elif args.format == "story" and FileSystems.exists(args.input):
+    elif fmt == "story" and FileSystems.exists(input_path):
         pass  # a directory of stories
-    elif args.format == "parallel":
+    elif fmt == "parallel":
         from pgn_tf.data import parallel
 
-        for path in parallel.split_spec(args.input):
+        for path in parallel.split_spec(input_path):
             if not FileSystems.exists(path):
                 raise UserError(f"--input {path} does not exist")
-    elif not FileSystems.match([args.input])[0].metadata_list:
-        raise UserError(f"--input {args.input} matches no file")
-    if args.split_files:
-        splitter = UrlListSplit(read_url_lists(args.split_files))
+    elif not FileSystems.match([input_path])[0].metadata_list:
+        raise UserError(f"--input {input_path} matches no file")
+    if split_files:
+        splitter = UrlListSplit(read_url_lists(split_files))
     else:
-        splitter = HashSplit(parse_split(args.split))
+        splitter = HashSplit(parse_split(split))
     names = splitter.names
-    if not FileSystems.exists(args.output_dir):
-        FileSystems.mkdirs(args.output_dir)
-    stale = FileSystems.match([FileSystems.join(args.output_dir, "*.tfrecord")])[0].metadata_list
+    if not FileSystems.exists(output_dir):
+        FileSystems.mkdirs(output_dir)
+    stale = FileSystems.match([FileSystems.join(output_dir, "*.tfrecord")])[0].metadata_list
     if stale:
-        raise UserError(f"--output_dir {args.output_dir} already holds TFRecords; use a new one")
-    options = pipeline_options(args.runner, beam_args, "preprocess")
+        raise UserError(f"--output_dir {output_dir} already holds TFRecords; use a new one")
+    options = pipeline_options(runner, list(beam_args), "preprocess")
 
-    data = data_fingerprint(args.input, args.format)
-    shards = {n: args.num_shards or shards_for(data["bytes"] * splitter.shares.get(n, 0))
+    data = data_fingerprint(input_path, fmt)
+    shards = {n: num_shards or shards_for(data["bytes"] * splitter.shares.get(n, 0))
               for n in names}
 
     def build_fn(p):
-        build(p, args.input, args.format, args.output_dir, args.vocab_size, splitter, names,
-              args.min_count, shards, not args.no_lowercase, args.replace_digits,
+        build(p, input_path, fmt, output_dir, vocab_size, splitter, names,
+              min_count, shards, lowercase, replace_digits,
               read_parts=min(MAX_READ_SHARDS, data["files"]),
               buckets=buckets_for(data["bytes"], TOKENIZE_BATCH))
 
     t0 = time.perf_counter()
-    run_pipeline(build_fn, options, "preprocess", args.runner)
+    run_pipeline(build_fn, options, "preprocess", runner)
     seconds = time.perf_counter() - t0
-    remove_temporaries(args.output_dir)
-    stats = collect_stats(read_counts(FileSystems.join(args.output_dir, COUNTS_FILE)), names)
+    remove_temporaries(output_dir)
+    stats = collect_stats(read_counts(FileSystems.join(output_dir, COUNTS_FILE)), names)
     stats.update(seconds=round(seconds, 2),
                  records_per_sec=round(stats["read"] / seconds, 1) if seconds else 0.0,
-                 input=args.input, format=args.format, runner=args.runner)
-    with FileSystems.create(FileSystems.join(args.output_dir, "stats.json")) as f:
+                 input=input_path, format=fmt, runner=runner)
+    with FileSystems.create(FileSystems.join(output_dir, "stats.json")) as f:
         f.write(json.dumps(stats, indent=2).encode())
     print(f"[pipelines.preprocess] {format_stats(stats)}")
     print(f"[pipelines.preprocess] {stats['read']} records in {seconds:.1f} s "
-          f"({stats['records_per_sec']} records/s) on {args.runner}")
+          f"({stats['records_per_sec']} records/s) on {runner}")
     if stats["accounted"] != stats["read"]:
         raise RuntimeError(f"record counts do not add up: {stats}")
     return stats
+
+
+def run(args, beam_args: list[str] | None = None) -> dict:
+    """The parsed flags (and Beam's) -> `preprocess_corpus`."""
+    return preprocess_corpus(
+        args.input, args.output_dir, fmt=args.format, vocab_size=args.vocab_size,
+        min_count=args.min_count, split=args.split, split_files=args.split_files,
+        num_shards=args.num_shards, lowercase=not args.no_lowercase,
+        replace_digits=args.replace_digits, runner=args.runner, beam_args=beam_args or ())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -169,14 +169,31 @@ def write_marker(path: str, record: dict) -> None:
 # -- the steps ------------------------------------------------------------------------------
 
 
+def split_runner(beam_args: list[str]) -> tuple[str, list[str]]:
+    """(the runner, the other Beam flags) of the step's beam_args (`--runner X` or
+    `--runner=X`; default DirectRunner): the runner is preprocess_corpus' own argument."""
+    runner, rest, i = "DirectRunner", [], 0
+    while i < len(beam_args):
+        arg = beam_args[i]
+        if arg == "--runner" and i + 1 < len(beam_args):
+            runner, i = beam_args[i + 1], i + 2
+            continue
+        if arg.startswith("--runner="):
+            runner = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+        i += 1
+    return runner, rest
+
+
 def preprocess_step(inputs: dict, out_dir: str) -> dict:
     from pgn_tf.pipelines import preprocess
 
-    argv = ["--input", inputs["input"], "--format", inputs["format"], "--output_dir", out_dir,
-            "--vocab_size", str(inputs["vocab_size"]), "--min_count", str(inputs["min_count"]),
-            "--split", inputs["split"]]
-    args, beam_args = preprocess.build_parser().parse_known_args(argv + list(inputs["beam_args"]))
-    stats = preprocess.run(args, beam_args)
+    runner, beam_args = split_runner(list(inputs["beam_args"]))
+    stats = preprocess.preprocess_corpus(
+        inputs["input"], out_dir, fmt=inputs["format"], vocab_size=inputs["vocab_size"],
+        min_count=inputs["min_count"], split=inputs["split"], runner=runner,
+        beam_args=beam_args)
     if not stats["kept"].get("validation"):
         raise UserError("preprocessing left no validation examples; check preprocess.split")
     return {"train": os.path.join(out_dir, "train-*.tfrecord"),

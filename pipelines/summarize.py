@@ -224,40 +224,55 @@ def counts(output: str) -> dict:
     return {k: found.get(k, 0) for k in ("lines", "records", "bad lines", "summaries")}
 
 
-def run(args, beam_args: list[str] | None = None) -> dict:
-    """Runs the pipeline; returns the counts."""
-    matched = FileSystems.match([args.input])[0].metadata_list
+def summarize_files(saved_model: str, input_path: str, output: str, *, fmt: str | None = None,
+                    field: str = "article", output_field: str = "summary",
+                    batch_size: int | None = None, num_shards: int = 0,
+                    runner: str = "DirectRunner", beam_args: Sequence[str] = ()) -> dict:
+    """Summarizes the articles of the files `input_path` matches with the export at
+    `saved_model` into OUTPUT-SSSSS-of-NNNNN.jsonl (module docstring); returns the counts.
+    fmt: "text" or "jsonl" (default: by file name); batch_size: articles per model call
+    (default the export's decode.batch_size); num_shards: output files (0: by input size);
+    runner and beam_args: Beam's. Raises UserError for a bad argument or path."""
+    matched = FileSystems.match([input_path])[0].metadata_list
     if not matched:
-        raise UserError(f"--input {args.input} matches no file")
-    if args.batch_size is not None and args.batch_size <= 0:
+        raise UserError(f"--input {input_path} matches no file")
+    if batch_size is not None and batch_size <= 0:
         raise UserError("--batch_size must be positive")
-    if args.num_shards < 0:
-        raise UserError(f"--num_shards must be 0 (pick by size) or more, got {args.num_shards}")
-    batch_size = args.batch_size or export_config(args.saved_model).decode.batch_size
-    handler = SavedModelHandler(args.saved_model, batch_size)
-    options = pipeline_options(args.runner, beam_args, "batch summarize")
+    if num_shards < 0:
+        raise UserError(f"--num_shards must be 0 (pick by size) or more, got {num_shards}")
+    batch_size = batch_size or export_config(saved_model).decode.batch_size
+    handler = SavedModelHandler(saved_model, batch_size)
+    options = pipeline_options(runner, list(beam_args), "batch summarize")
     size = sum(m.size_in_bytes for m in matched)
 
     def build_fn(p):
-        build(p, args.input, args.format, args.field, args.output_field, args.output, handler,
-              args.num_shards or shards_for(size), read_parts=min(MAX_READ_SHARDS, len(matched)),
+        build(p, input_path, fmt, field, output_field, output, handler,
+              num_shards or shards_for(size), read_parts=min(MAX_READ_SHARDS, len(matched)),
               buckets=buckets_for(size, batch_size * WINDOW_BATCHES))
 
     t0 = time.perf_counter()
-    run_pipeline(build_fn, options, "batch summarize", args.runner)
+    run_pipeline(build_fn, options, "batch summarize", runner)
     seconds = time.perf_counter() - t0
-    directory, name = FileSystems.split(args.output)
+    directory, name = FileSystems.split(output)
     remove_temporaries(directory, f"{name}-")  # .tmp-OUT-... of killed writes
-    stats = counts(args.output)
-    stats.update(seconds=round(seconds, 2), runner=args.runner,
+    stats = counts(output)
+    stats.update(seconds=round(seconds, 2), runner=runner,
                  articles_per_sec=round(stats["summaries"] / seconds, 2) if seconds else 0.0)
     print(f"[pipelines.summarize] {stats['lines']} lines: {stats['records']} records, "
           f"{stats['summaries']} summarized, {stats['bad lines']} bad (listed in "
-          f"{args.output}-errors-*.txt); {seconds:.1f} s, {stats['articles_per_sec']} "
-          f"articles/s on {args.runner}")
+          f"{output}-errors-*.txt); {seconds:.1f} s, {stats['articles_per_sec']} "
+          f"articles/s on {runner}")
     if stats["summaries"] != stats["records"]:
         raise RuntimeError(f"summaries and records do not add up: {stats}")
     return stats
+
+
+def run(args, beam_args: list[str] | None = None) -> dict:
+    """The parsed flags (and Beam's) -> `summarize_files`."""
+    return summarize_files(
+        args.saved_model, args.input, args.output, fmt=args.format, field=args.field,
+        output_field=args.output_field, batch_size=args.batch_size, num_shards=args.num_shards,
+        runner=args.runner, beam_args=beam_args or ())
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -41,15 +41,26 @@ class Cluster:
         return Client(self.address, timeout=30, set_as_default=False)
 
 
-def _wait_for_file(path, proc, deadline):
+def poll(check, timeout_s: float, interval_s: float, what: str):
+    """check()'s first truthy value, asked every interval_s until timeout_s has passed
+    (TimeoutError naming `what`): for state only another process changes."""
+    deadline, tick = time.monotonic() + timeout_s, threading.Event()
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"dask scheduler exited with {proc.returncode}")
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            with open(path) as f:
-                return json.load(f)["address"]
-        time.sleep(0.1)  # polling a file the scheduler writes once, with a deadline
-    raise TimeoutError(f"no scheduler file {path} after {STARTUP_S} s")
+        value = check()
+        if value:
+            return value
+        tick.wait(interval_s)
+    raise TimeoutError(f"{what}: not within {timeout_s} s")
+
+
+def _scheduler_address(path, proc):
+    """The address in the scheduler file, once the scheduler has written it (None before)."""
+    if proc.poll() is not None:
+        raise RuntimeError(f"dask scheduler exited with {proc.returncode}")
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        with open(path) as f:
+            return json.load(f)["address"]
+    return None
 
 
 def start_cluster(root, workers: int = 2, nanny: bool = True, env: dict | None = None):
@@ -68,7 +79,8 @@ def start_cluster(root, workers: int = 2, nanny: bool = True, env: dict | None =
                  "--port", "0", "--dashboard-address", "127.0.0.1:0", "--scheduler-file",
                  sched_file], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")))
-        cluster.address = _wait_for_file(sched_file, cluster.processes[0], deadline)
+        cluster.address = poll(lambda: _scheduler_address(sched_file, cluster.processes[0]),
+                               STARTUP_S, 0.1, f"the scheduler file {sched_file}")
         with open(os.path.join(root, "workers.log"), "w") as log:
             cluster.processes.append(subprocess.Popen(
                 [sys.executable, "-m", "distributed.cli.dask_worker", cluster.address,
@@ -245,14 +257,10 @@ def test_batch_summarize_on_dask_survives_a_killed_worker(cluster, exported, cor
 
         def kill_first_busy_worker():
             watching.set()
-            deadline = time.monotonic() + 300
-            while time.monotonic() < deadline:
-                busy = [w for w, tasks in client.processing().items() if tasks and w in pids]
-                if busy:
-                    os.kill(pids[busy[0]], signal.SIGKILL)
-                    killed.append(busy[0])
-                    return
-                time.sleep(0.02)  # polling the scheduler for a running task, with a deadline
+            busy = poll(lambda: [w for w, tasks in client.processing().items()
+                                 if tasks and w in pids], 300, 0.02, "a worker running a task")
+            os.kill(pids[busy[0]], signal.SIGKILL)
+            killed.append(busy[0])
 
         killer = threading.Thread(target=kill_first_busy_worker, daemon=True)
         killer.start()
@@ -353,12 +361,8 @@ def test_a_cluster_left_without_workers_ends_the_run(tmp_path, capsys):
             (pid,) = client.run(os.getpid).values()
 
             def kill_when_busy():
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline:
-                    if any(client.processing().values()):
-                        os.kill(pid, signal.SIGKILL)
-                        return
-                    time.sleep(0.02)  # polling the scheduler for a running task
+                poll(lambda: any(client.processing().values()), 300, 0.02, "a running task")
+                os.kill(pid, signal.SIGKILL)
 
             killer = threading.Thread(target=kill_when_busy, daemon=True)
             killer.start()

@@ -234,3 +234,13 @@ def test_a_second_run_on_a_locked_run_dir_is_refused(tmp_path, capsys):
                           f"use "
                           f"by pid {os.getpid()} (started ")
     assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("beam_args, runner, rest", [
+    ([], "DirectRunner", []),
+    (["--runner", "DaskRunner", "--dask_client_address", "h:1"], "DaskRunner",
+     ["--dask_client_address", "h:1"]),
+    (["--dask_npartitions", "2", "--runner=DaskRunner"], "DaskRunner", ["--dask_npartitions", "2"]),
+])
+def test_the_preprocess_steps_runner_is_taken_from_its_beam_args(beam_args, runner, rest):
+    assert flow.split_runner(beam_args) == (runner, rest)

@@ -1,6 +1,7 @@
 """Helpers of the serving tests: a tiny real SavedModel for version-lifecycle tests (it loads in
 a fraction of a second), publishing versions, and small gRPC / REST / raw-HTTP clients."""
 
+import contextlib
 import json
 import os
 import shutil
@@ -144,3 +145,21 @@ def wait_until(predicate, seconds=30.0):
     while not predicate() and time.monotonic() < deadline:
         time.sleep(0.01)
     return predicate()
+
+
+@contextlib.contextmanager
+def batching_server(exported, extra_args=()):
+    """The test export served by a server process of its own (its memory is its own) with the
+    shipped serving/batching.config: yields (process, gRPC port, REST port)."""
+    from pgn_tf.serving.process import start_server, stop_server
+
+    base, name, _ = exported
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    proc, grpc_port, rest_port = start_server(
+        os.path.join(base, name), name,
+        ["--enable_batching", "--batching_parameters_file",
+         os.path.join(root, "serving", "batching.config"), *extra_args])
+    try:
+        yield proc, grpc_port, rest_port
+    finally:
+        stop_server(proc)

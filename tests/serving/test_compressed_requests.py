@@ -7,7 +7,6 @@ import gzip
 import http.client
 import io
 import json
-import os
 import zlib
 
 import grpc
@@ -16,14 +15,12 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from benchmarks.compressed_requests import concurrently
 from pgn_tf.serving import client
-from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.serving.rest_service import gunzip_bounded
 from pgn_tf.serving.status import RequestError
 from pgn_tf.serving.validation import Limits
 from pgn_tf.utils.procfs import memory_mb, reset_peak
-from tests.serving.helpers import ARTICLE, request, rest, stub
+from tests.serving.helpers import ARTICLE, batching_server, request, rest, stub
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_REQUEST_BYTES = 2 * 2**20
 CONCURRENT = 8
 # Beside the concurrent requests' own bound (8 x --max_request_bytes): gRPC's and waitress'
@@ -159,16 +156,8 @@ def test_a_rest_body_inflating_past_the_cap_gets_400(server):
 @pytest.fixture(scope="module")
 def capped_child(exported):
     """A server process of its own (its peak RSS is its own) with a 2 MiB --max_request_bytes."""
-    base, name, _ = exported
-    proc, grpc_port, rest_port = start_server(
-        os.path.join(base, name), name,
-        ["--enable_batching", "--batching_parameters_file",
-         os.path.join(ROOT, "serving", "batching.config"),
-         "--max_request_bytes", str(MAX_REQUEST_BYTES)])
-    try:
-        yield proc, grpc_port, rest_port
-    finally:
-        stop_server(proc)
+    with batching_server(exported, ["--max_request_bytes", str(MAX_REQUEST_BYTES)]) as server:
+        yield server
 
 
 def grpc_gzip(port: int, req) -> grpc.StatusCode:
@@ -181,7 +170,6 @@ def grpc_gzip(port: int, req) -> grpc.StatusCode:
             return e.code()
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux's /proc")
 def test_concurrent_compressed_bombs_are_refused_in_bounded_memory(capped_child):
     """8 gRPC requests and 8 REST bodies at once, each ~40 KB on the wire inflating to 8 x
     --max_request_bytes: all refused, the server's peak RSS grows by less than 8 x what one
@@ -201,7 +189,7 @@ def test_concurrent_compressed_bombs_are_refused_in_bounded_memory(capped_child)
             ("REST", lambda: post(rest_port, rest_bomb, "gzip")[0], {400, 413},
              2 * MAX_REQUEST_BYTES)]:  # the body cap
         bound = CONCURRENT * cap / 2**20 + MARGIN_MB
-        assert reset_peak(proc.pid)
+        assert reset_peak(proc.pid), "the peak is measured from /proc/PID/clear_refs (Linux)"
         before = memory_mb(proc.pid)
         codes = concurrently(lambda i, fn=fn: fn(), CONCURRENT)
         after = memory_mb(proc.pid)

@@ -27,8 +27,8 @@ from tensorflow_serving.apis import (
 )
 
 from pgn_tf.serving import client
-from pgn_tf.serving.process import start_server, stop_server
-from tests.serving.helpers import ARTICLE, raw_http
+from pgn_tf.utils.procfs import memory_mb
+from tests.serving.helpers import ARTICLE, batching_server, raw_http
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
 
@@ -40,30 +40,10 @@ GRPC_OK = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode
 HTTP_OK = {200, 400, 404, 413, 429, 431}
 
 
-def proc_status(pid: int) -> dict:
-    """VmRSS / VmHWM in MB and the thread count of a process, from /proc."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                out[key] = int(value.split()[0]) / 1024
-            elif key == "Threads":
-                out[key] = int(value)
-    return out
-
-
 @pytest.fixture(scope="module")
 def child(exported):
-    base, name, _ = exported
-    proc, grpc_port, rest_port = start_server(
-        os.path.join(base, name), name,
-        ["--enable_batching", "--batching_parameters_file",
-         os.path.join(ROOT, "serving", "batching.config")])
-    try:
-        yield proc, grpc_port, rest_port
-    finally:
-        stop_server(proc)
+    with batching_server(exported) as server:
+        yield server
 
 
 def good_requests(grpc_port, rest_port):
@@ -279,11 +259,11 @@ def rest_fuzz(port: int, n: int, rng: random.Random) -> dict:
 def test_fuzz_of_malformed_requests_gets_proper_statuses_in_bounded_memory(child):
     proc, grpc_port, rest_port = child
     good_requests(grpc_port, rest_port)  # everything lazy is built before the baseline
-    before = proc_status(proc.pid)
+    before = memory_mb(proc.pid)
     rng = random.Random(0)
     grpc_codes = grpc_fuzz(grpc_port, 1200, rng)
     rest_codes = rest_fuzz(rest_port, 1000, rng)
-    after = proc_status(proc.pid)
+    after = memory_mb(proc.pid)
     print("gRPC", grpc_codes, "REST", rest_codes, "server", before, "->", after)
     assert sum(grpc_codes.values()) + sum(rest_codes.values()) >= 2000
     assert grpc_codes["INVALID_ARGUMENT"] > 500 and rest_codes["400"] > 500
@@ -299,7 +279,7 @@ def test_fuzz_of_malformed_requests_gets_proper_statuses_in_bounded_memory(child
     # those shapes one by one); this bound is for the one nobody listed.
     # No bound on VmRSS afterwards: what a burst leaves resident is the allocator's choice to keep
     # freed memory for reuse, and a leak that matters lifts the peak as well (VmHWM >= VmRSS).
-    assert after["VmHWM"] - before["VmHWM"] < 200, (before, after)
+    assert after["peak_rss_mb"] - before["peak_rss_mb"] < 200, (before, after)
 
 
 def test_500_idle_and_stalled_connections_do_not_block_a_good_request(child):
@@ -308,7 +288,7 @@ def test_500_idle_and_stalled_connections_do_not_block_a_good_request(child):
     if soft < 2048:
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
     good_requests(grpc_port, rest_port)
-    threads_before = proc_status(proc.pid)["Threads"]
+    threads_before = memory_mb(proc.pid)["threads"]
     idle = []
     try:
         for i in range(500):
@@ -327,7 +307,7 @@ def test_500_idle_and_stalled_connections_do_not_block_a_good_request(child):
         t0 = time.perf_counter()
         assert client.summarize(f"127.0.0.1:{grpc_port}", "pgn", [ARTICLE], timeout=10)[0]
         grpc_s = time.perf_counter() - t0
-        threads_during = proc_status(proc.pid)["Threads"]
+        threads_during = memory_mb(proc.pid)["threads"]
     finally:
         for s in idle:
             s.close()
@@ -341,7 +321,7 @@ def test_a_body_of_millions_of_tiny_json_values_is_refused_before_it_is_parsed(c
     each; counted first, they cost the body's bytes."""
     proc, grpc_port, rest_port = child
     good_requests(grpc_port, rest_port)
-    before = proc_status(proc.pid)
+    before = memory_mb(proc.pid)
     body = b'{"instances": [' + b"{}," * 2_300_000 + b"{}]}"
     bodies = [body, body.replace(b"{}", b"[]"), body.replace(b"{}", b"1")]
     for raw in bodies:
@@ -353,7 +333,7 @@ def test_a_body_of_millions_of_tiny_json_values_is_refused_before_it_is_parsed(c
         conn.close()
         assert resp.status == 400, text[:300]
         assert "--rest_api_max_json_values" in text
-    after = proc_status(proc.pid)
+    after = memory_mb(proc.pid)
     print("server", before, "->", after)
     # Counted before it is parsed, shown without memory: the body with its closing brackets cut
     # off is not JSON, so a server that parsed first would answer "not valid UTF-8 JSON";
@@ -370,7 +350,7 @@ def test_a_body_of_millions_of_tiny_json_values_is_refused_before_it_is_parsed(c
     # size) plus an 8-byte slot, over 160 MB of pages resident at once (VmHWM) whichever
     # allocator serves them; counted, the server holds a few copies of the 7 MB body. 100 MB
     # lies between with a margin on each side: it fails on a parse, not on allocator overhead.
-    assert after["VmHWM"] - before["VmHWM"] < 100, (before, after)
+    assert after["peak_rss_mb"] - before["peak_rss_mb"] < 100, (before, after)
     good_requests(grpc_port, rest_port)
 
 
