@@ -25,8 +25,8 @@ reference_onmt preset, which matches onmt-ref.yaml) with the --set overrides:
   decoding  a model trained --decode_train_steps steps by `python -m pgn_tf.train` in
             <work_dir>/decode_model (reused when it already holds that step, as the peer keeps its
             model) decodes every article of DATA/validation.jsonl.gz with beam 4, batch 64, at
-            most 30 tokens, batches of articles of similar length, as pgn_tf.evaluate decodes
-            (`evaluate.decode_examples`). Timed: the decoding of every batch. Not timed: reading
+            most 30 tokens, batches of articles of similar length, by the one batched decode
+            every caller runs (`SummarizerAPI.decode`, through `pgn_tf.evaluation.decode_split`). Timed: the decoding of every batch. Not timed: reading
             the data, loading the model, and the beam search's first trace and run (one warm-up
             batch); the peer's figure likewise leaves out its start-up and model load.
 
@@ -90,8 +90,8 @@ from benchmarks import matmul_peak, train_throughput
 from benchmarks.common import cpu_flags, result_line
 from benchmarks.runner import claim_work_dir, run_watched, sh
 from pgn_tf import config as config_lib
-from pgn_tf import evaluate
 from pgn_tf.data import dataset
+from pgn_tf.evaluation import decode_split
 from pgn_tf.inference import Summarizer
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.utils import procfs
@@ -344,7 +344,7 @@ def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: 
     tokens (at least min_tokens: the preset's minimum when None), by `checkpoint` of
     model_dir; the decode section otherwise from cfg (the module docstring says what is
     timed)."""
-    examples = evaluate.read_split(data, None, None)
+    examples = dataset.read_split(data, None, None)
     summarizer = Summarizer.from_model_dir(model_dir, checkpoint)
     summarizer.cfg.decode = dataclasses.replace(
         cfg.decode, beam_size=BEAM, batch_size=BATCH, max_dec_steps=max_tokens,
@@ -353,13 +353,11 @@ def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: 
     summarizer.cfg.validate()
     print(f"== pgn_tf decoding: {len(examples)} articles, beam {BEAM}, batch {BATCH}, "
           f"{summarizer.cfg.decode.min_dec_steps}-{max_tokens} tokens", flush=True)
-    fn = evaluate.decode_fn(summarizer, BEAM, want_pgen=False)
-    t0 = time.perf_counter()
-    fn(tf.constant([e.article for e in examples[:BATCH]]))["length"].numpy()
-    warmup = time.perf_counter() - t0
+    # The warm-up batch traces the same compiled call (same request, batch BATCH) as the timed.
+    warmup = decode_split(summarizer, examples[:BATCH], batch_size=BATCH, beam_size=BEAM).seconds
     cpu0 = time.process_time()
-    tokens, _, seconds, _ = evaluate.decode_examples(summarizer, examples, BATCH, BEAM,
-                                                     want_pgen=False, verbose=0, fn=fn)
+    out = decode_split(summarizer, examples, batch_size=BATCH, beam_size=BEAM)
+    tokens, seconds = out.tokens, out.seconds
     cpu = time.process_time() - cpu0
     return {
         "articles": len(examples), "seconds": round(seconds, 2),

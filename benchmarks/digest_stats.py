@@ -18,21 +18,22 @@ import numpy as np
 
 from benchmarks.common import emit
 from pgn_tf import config as config_lib
-from pgn_tf import digest_metrics, evaluate
+from pgn_tf import digest_metrics, scoring
+from pgn_tf.data import dataset
 from pgn_tf.inference import is_word
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99, 100)
 
 
 def repeats_ngram(tokens: list[str], n: int) -> bool:
-    grams = evaluate.ngrams(tokens, n)
+    grams = scoring.ngrams(tokens, n)
     return len(grams) != len(set(grams))
 
 
 def stats(examples, max_enc_steps: int) -> dict:
     cfg = config_lib.DataConfig()
-    articles = evaluate.tokenize_texts([e.article for e in examples], cfg)
-    summaries = evaluate.tokenize_texts([e.summary.replace("\n", " ") for e in examples], cfg)
+    articles = scoring.tokenize_texts([e.article for e in examples], cfg)
+    summaries = scoring.tokenize_texts([e.summary.replace("\n", " ") for e in examples], cfg)
     art = np.array([len(a) for a in articles])
     summ = np.array([len(s) for s in summaries])
     lines = np.array([len([x for x in e.summary.split("\n") if x.strip()]) for e in examples])
@@ -69,7 +70,7 @@ def main() -> None:
     p.add_argument("--limit", type=int, help="the first N examples only")
     p.add_argument("--max_enc_steps", type=int, default=400)
     a = p.parse_args()
-    emit("digest_stats", {"data": a.data, **stats(evaluate.read_split(a.data, None, a.limit),
+    emit("digest_stats", {"data": a.data, **stats(dataset.read_split(a.data, None, a.limit),
                                                   a.max_enc_steps)})
 
 

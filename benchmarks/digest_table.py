@@ -138,7 +138,8 @@ class DigestTable(quality_table.Table):
     def lead_words(self) -> int:
         """The mean token count of the first 2,000 training summaries, rounded."""
         from pgn_tf import config as config_lib
-        from pgn_tf.evaluate import read_split, tokenize_texts
+        from pgn_tf.data.dataset import read_split
+        from pgn_tf.scoring import tokenize_texts
 
         examples = read_split(self.train, None, 2000)
         tokens = tokenize_texts([e.summary.replace("\n", " ") for e in examples],
@@ -287,14 +288,14 @@ class DigestTable(quality_table.Table):
         """float64 [n]: a row's per-digest values of a CLAIMS measure, from its decoded.jsonl."""
         import numpy as np
 
-        from pgn_tf import digest_metrics, evaluate, significance
+        from pgn_tf import digest_metrics, scoring, significance
 
         rows = significance.read_decoded(self.row(name)["decoded"])
         if measure == "rougeLsum":
             return significance.per_example_rouge(rows, "rougeLsum"), rows
         if measure == "dup_3gram":
             def dup(tokens):
-                grams = evaluate.ngrams(tokens, 3)
+                grams = scoring.ngrams(tokens, 3)
                 return 100 * (len(grams) - len(set(grams))) / len(grams) if grams else 0.0
             return np.array([dup(r["decoded"].split()) for r in rows]), rows
         if any("blocks" not in r for r in rows):

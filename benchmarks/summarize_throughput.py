@@ -63,7 +63,7 @@ def main() -> None:
     lat = timed(s, a.calls)
     result["call_articles_per_sec"] = round(a.batch * len(lat) / sum(lat), 2)
     result["call_p50_ms"] = round(1000 * float(np.median(lat)), 1)
-    result["traces"] = int(s.compiled.batch.experimental_get_tracing_count())
+    result["traces"] = s.compiled.tracing_count()
     eager = timed(lambda c: s.summarize(tf.constant(c))["summaries"].numpy(), a.eager_calls)
     result["eager_articles_per_sec"] = round(a.batch * len(eager) / sum(eager), 2)
     if a.saved_model:

@@ -18,6 +18,7 @@ The low-level call stays `summarize(articles_tensor) -> dict of tensors`.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
+from pgn_tf import serving_contract as contract
 from pgn_tf import text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
@@ -68,6 +70,29 @@ def _length_key(article: str, cap: int) -> int:
     return min(len(article.split()), cap)
 
 
+@dataclasses.dataclass(frozen=True)
+class DecodeRequest:
+    """What one `SummarizerAPI.decode` call asks of each batch: the beam size (None: the
+    config's) and which outputs beyond the summaries and scores."""
+
+    beam_size: int | None = None
+    tokens: bool = False
+    p_gen: bool = False
+
+
+def _row(out: dict, j: int, request: DecodeRequest, want_p_gen: bool) -> dict:
+    """Row j of a batch's numpy outputs as decode's dict."""
+    row = {"summary": out["summaries"][j].decode("utf-8"), "score": float(out["scores"][j])}
+    if request.tokens:
+        n = int(out["length"][j])
+        row["tokens"] = [t.decode("utf-8") for t in out["tokens"][j][:n]]
+        row["raw_tokens"] = [t.decode("utf-8") for t in out["raw_tokens"][j][:n]]
+    if want_p_gen:
+        n = int(out["length"][j]) if request.p_gen else 0
+        row["p_gen"] = float(np.mean(out["p_gen"][j][:n])) if n else float("nan")
+    return row
+
+
 class SummarizerAPI(abc.ABC):
     """What both summarizers answer: `s(articles)`, `s.explain(article)` and `s.decode(...)`.
 
@@ -90,8 +115,10 @@ class SummarizerAPI(abc.ABC):
         return bool(self.cfg.model.pointer_gen)
 
     @abc.abstractmethod
-    def _run_batch(self, articles: list[str]) -> dict:
-        """articles: at most batch_size -> {"summaries": bytes [n], "scores": float32 [n]}."""
+    def _run_batch(self, articles: list[str], request: DecodeRequest) -> dict:
+        """articles: at most batch_size -> numpy {"summaries": bytes [n], "scores": float32
+        [n]}, and with request.tokens "tokens" / "raw_tokens" bytes [n, T] ("" pad) and
+        "length" int32 [n], with request.p_gen "p_gen" float32 [n, T]."""
 
     @abc.abstractmethod
     def _run_verbose(self, article: str) -> dict:
@@ -105,25 +132,41 @@ class SummarizerAPI(abc.ABC):
         return [r["summary"] for r in self.decode(articles)]
 
     def decode(self, articles: Sequence[str], batch_size: int | None = None,
-               on_batch: Callable[[int], None] | None = None) -> list[dict]:
-        """[{"summary": str, "score": float}] in the order of `articles`.
+               on_batch: Callable[[int], None] | None = None, *,
+               beam_size: int | None = None, tokens: bool = False, p_gen: bool = False,
+               lengths: Sequence[int] | None = None) -> list[dict]:
+        """The one batched decode every caller runs (the commands, summarize_corpus, the Beam
+        pipelines, evaluation, validation ROUGE, the benchmarks): one dict an article, in the
+        order of `articles`: {"summary": str, "score": float}, and with tokens=True
+        "tokens" (the output tokens, after decode.replace_unk) and "raw_tokens" (before it),
+        with p_gen=True "p_gen" (the mean generation probability of the summary's tokens, See
+        et al. eq. 8; nan for an empty summary or a model without a pointer).
 
         Articles are decoded in batches of `batch_size` (default and cap: the model's
-        decode.batch_size) of similar length (sorted by word count), so little of a batch is
-        padding. on_batch(n) is told after each batch how many articles it held."""
+        decode.batch_size) of similar length, so little of a batch is padding and its articles
+        finish close together: sorted by `lengths` (default: their whitespace words, capped
+        where the encoder cuts). beam_size overrides decode.beam_size. on_batch(n) is told
+        after each batch how many articles it held."""
         articles = list(articles)
         for i, a in enumerate(articles):
             if not isinstance(a, str):
                 raise TypeError(f"article {i} is a {type(a).__name__}, not a str")
+        if lengths is not None and len(lengths) != len(articles):
+            raise ValueError(f"{len(lengths)} lengths for {len(articles)} articles")
+        if beam_size is not None and beam_size < 1:
+            raise ValueError(f"beam_size must be at least 1, got {beam_size}")
+        request = DecodeRequest(beam_size, tokens, p_gen and self.pointer_gen)
         size = min(batch_size or self.batch_size, self.batch_size)
-        cap = self.data_config.max_enc_steps
-        order = sorted(range(len(articles)), key=lambda i: _length_key(articles[i], cap))
+        if lengths is None:
+            cap = self.data_config.max_enc_steps
+            lengths = [_length_key(a, cap) for a in articles]
+        order = sorted(range(len(articles)), key=lambda i: lengths[i])
         results: list = [None] * len(articles)
         for start in range(0, len(order), size):
             rows = order[start : start + size]
-            out = self._run_batch([articles[r] for r in rows])
-            for r, summary, score in zip(rows, out["summaries"], out["scores"]):
-                results[r] = {"summary": summary.decode("utf-8"), "score": float(score)}
+            out = self._run_batch([articles[r] for r in rows], request)
+            for j, r in enumerate(rows):
+                results[r] = _row(out, j, request, p_gen)
             if on_batch is not None:
                 on_batch(len(rows))
         return results
@@ -158,15 +201,31 @@ class SummarizerAPI(abc.ABC):
 
 
 class _Compiled:
-    """The compiled calls of an in-process Summarizer: one tf.function for batches (traced
-    once per batch-size bucket) and one for explain (batch 1). Built at the first call, so
-    decode.* settings changed before it are used; `Summarizer.recompile()` drops them."""
+    """The compiled calls of an in-process Summarizer: one tf.function per DecodeRequest for
+    batches (each traced once per batch-size bucket) and one for explain (batch 1). Built at
+    the first call, so decode.* settings changed before it are used; `Summarizer.recompile()`
+    drops them."""
 
     def __init__(self, summarizer: Summarizer):
-        self.batch = tf.function(lambda a: _pick(summarizer.summarize(a), _BATCH_KEYS))
+        self.summarizer = summarizer
+        self.batch: dict[DecodeRequest, Callable] = {}
         self.verbose = tf.function(
             lambda a: _pick(summarizer.summarize(a, verbose=True), _VERBOSE_KEYS))
-        self.buckets: set[int] = set()  # batch sizes self.batch has been traced for
+        self.buckets: set[int] = set()  # batch sizes the batch calls have been traced for
+
+    def batch_fn(self, request: DecodeRequest) -> Callable:
+        fn = self.batch.get(request)
+        if fn is None:
+            keys = _request_keys(request)
+            s = self.summarizer
+            fn = tf.function(lambda a: _pick(
+                s.summarize(a, beam_size=request.beam_size, with_p_gen=request.p_gen), keys))
+            self.batch[request] = fn
+        return fn
+
+    def tracing_count(self) -> int:
+        """How many times the batch calls have been traced, over every request."""
+        return sum(int(fn.experimental_get_tracing_count()) for fn in self.batch.values())
 
     def bucket(self, n: int, max_batch: int) -> int:
         """The batch size n articles are padded to: the smallest bucket already traced that
@@ -181,6 +240,17 @@ class _Compiled:
 
 _BATCH_KEYS = ("summaries", "scores")
 _VERBOSE_KEYS = ("summaries", "scores", "tokens", "attention", "p_gen")
+
+
+def _request_keys(request: DecodeRequest) -> tuple[str, ...]:
+    keys = _BATCH_KEYS
+    if request.tokens or request.p_gen:
+        keys += ("length",)
+    if request.tokens:
+        keys += ("tokens", "raw_tokens")
+    if request.p_gen:
+        keys += ("p_gen",)
+    return keys
 
 
 def _pick(out: dict, keys) -> dict:
@@ -202,12 +272,12 @@ class _InProcessCalls(SummarizerAPI):
         """Forgets the traced calls (after a change of cfg.decode, say)."""
         self.__dict__.pop("_compiled_calls", None)
 
-    def _run_batch(self, articles: list[str]) -> dict:
+    def _run_batch(self, articles: list[str], request: DecodeRequest) -> dict:
         n = len(articles)
         bucket = self.compiled.bucket(n, self.batch_size)
         # Padding rows repeat the last article: they finish when it does, and are dropped.
         padded = articles + [articles[-1]] * (bucket - n)
-        out = self.compiled.batch(tf.constant(padded, tf.string))
+        out = self.compiled.batch_fn(request)(tf.constant(padded, tf.string))
         return {k: v.numpy()[:n] for k, v in out.items()}
 
     def _run_verbose(self, article: str) -> dict:
@@ -383,9 +453,10 @@ def tokens_to_sentences(tokens: list[str]) -> str:
 
 class SavedModelSummarizer(SummarizerAPI):
     """The SummarizerAPI over an exported SavedModel (`Summarizer.from_saved_model(path)`): its
-    serving_default and summarize_verbose signatures, whose batch dimension is already
-    dynamic (nothing to trace). Reads the export's assets.extra/config.json for the decode
-    batch size and the tokenizer settings."""
+    serving_default, summarize_options (decode(beam_size=...)) and summarize_verbose (decode's
+    tokens and p_gen, explain) signatures, whose batch dimension is already dynamic (nothing to
+    trace). Reads the export's assets.extra/config.json for the decode batch size and the
+    tokenizer settings."""
 
     def __init__(self, path: str):
         if not tf.io.gfile.isdir(path):
@@ -397,16 +468,33 @@ class SavedModelSummarizer(SummarizerAPI):
             self.cfg = config_lib.Config.from_dict(json.load(f))
         self.path = path
         self.loaded = tf.saved_model.load(path)
-        missing = {"serving_default", "summarize_verbose"} - set(self.loaded.signatures)
+        names = (contract.SERVING_DEFAULT, contract.SUMMARIZE_VERBOSE, contract.SUMMARIZE_OPTIONS)
+        missing = set(names) - set(self.loaded.signatures)
         if missing:
             raise UserError(f"SavedModel {path} lacks the signature(s) {sorted(missing)}")
-        self.serve = self.loaded.signatures["serving_default"]
-        self.verbose = self.loaded.signatures["summarize_verbose"]
+        self.serve = self.loaded.signatures[contract.SERVING_DEFAULT]
+        self.verbose = self.loaded.signatures[contract.SUMMARIZE_VERBOSE]
+        self.options = self.loaded.signatures[contract.SUMMARIZE_OPTIONS]
 
-    def _run_batch(self, articles: list[str]) -> dict:
-        out = self.serve(articles=tf.constant(articles, tf.string))
+    def _run_batch(self, articles: list[str], request: DecodeRequest) -> dict:
+        batch = tf.constant(articles, tf.string)
+        if request.tokens or request.p_gen:
+            if request.beam_size is not None:
+                raise UserError("an export's tokens come from its summarize_verbose signature, "
+                                "which decodes with the export's beam size: leave beam_size out")
+            out = {k: v.numpy() for k, v in self.verbose(**{contract.ARTICLES: batch}).items()}
+            out["length"] = np.sum(out["tokens"] != b"", axis=1).astype(np.int32)
+            return out
+        if request.beam_size is not None:
+            dc = self.cfg.decode
+            out = self.options(**{
+                contract.ARTICLES: batch, contract.BEAM_SIZE: tf.constant(request.beam_size),
+                contract.MAX_DECODE_STEPS: tf.constant(dc.max_dec_steps),
+                contract.MIN_DECODE_STEPS: tf.constant(dc.min_dec_steps)})
+        else:
+            out = self.serve(**{contract.ARTICLES: batch})
         return {k: out[k].numpy() for k in _BATCH_KEYS}
 
     def _run_verbose(self, article: str) -> dict:
-        out = self.verbose(articles=tf.constant([article], tf.string))
+        out = self.verbose(**{contract.ARTICLES: tf.constant([article], tf.string)})
         return {k: out[k].numpy() for k in _VERBOSE_KEYS if k in out}

@@ -19,7 +19,8 @@ import os
 
 import tensorflow as tf
 
-from pgn_tf import evaluate, export
+from pgn_tf import evaluation, export
+from pgn_tf.data import dataset
 from pgn_tf.inference import Summarizer
 from pgn_tf.training.run import train
 from pgn_tf.utils.errors import run_cli
@@ -33,12 +34,12 @@ def run(args) -> None:
 
     print("\n== 2. summarizing validation articles")
     valid = os.path.join(model_dir, "synthetic", "validation-00000-of-00001.tfrecord")
-    examples = evaluate.read_split(valid, None, 3)
+    examples = dataset.read_split(valid, None, 3)
     summarizer = Summarizer.from_model_dir(model_dir)
     out = summarizer.summarize(tf.constant([e.article for e in examples]))
     for ex, s in zip(examples, out["summaries"].numpy()):
         print(f"article:   {ex.article[:110]}...\nreference: {ex.summary}\nsummary:   {s.decode()}\n")
-    print(json.dumps(evaluate.evaluate(valid, model_dir, limit=200, progress=False).metrics))
+    print(json.dumps(evaluation.evaluate(valid, model_dir, limit=200, progress=False).metrics))
 
     print("\n== 3. exporting the SavedModel")
     base = os.path.join(args.workdir, "export")

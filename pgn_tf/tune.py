@@ -25,7 +25,8 @@ import os
 
 import tensorflow as tf
 
-from pgn_tf import evaluate
+from pgn_tf import scoring
+from pgn_tf.data import dataset
 from pgn_tf.decoding.features import NUM_FEATURES
 from pgn_tf.inference import Summarizer, tokens_to_sentences
 from pgn_tf.utils import progress
@@ -49,7 +50,7 @@ def make_scorer(summarizer: Summarizer, articles: list[str], references: list[st
                 decoded.append(tokens_to_sentences([t.decode("utf-8") for t in row[:n]]))
         if on_decode is not None:
             on_decode()
-        return evaluate.rouge(decoded, references, bootstrap=0)[metric]
+        return scoring.rouge(decoded, references, bootstrap=0)[metric]
 
     return score
 
@@ -77,10 +78,10 @@ def coordinate_ascent(score, grid: list[float], rounds: int) -> tuple[list[float
 
 def run(args) -> dict:
     summarizer = Summarizer.from_model_dir(args.model_dir)
-    examples = evaluate.read_split(args.data, None, args.skip + args.limit)[args.skip:]
+    examples = dataset.read_split(args.data, None, args.skip + args.limit)[args.skip:]
     if not examples:
         raise UserError(f"--data {args.data} has no examples after --skip {args.skip}")
-    references = [evaluate.reference_text(e.summary, summarizer.cfg.data) for e in examples]
+    references = [scoring.reference_text(e.summary, summarizer.cfg.data) for e in examples]
     # Decodes at most: the start, then each round tries every grid value of 4 weights.
     most = 1 + args.rounds * (NUM_FEATURES - 1) * len(args.grid)
     bar = progress.progbar(most, "decode", 0 if args.quiet else None)

@@ -218,47 +218,38 @@ def export_step(inputs: dict, out_dir: str) -> dict:
 
 
 def validation_examples(pattern: str, limit: int):
-    from pgn_tf.evaluate import read_split
+    from pgn_tf.data.dataset import read_split
 
     return read_split(pattern, "tfrecord", limit)
 
 
 def score_saved_model(path: str, examples, batch_size: int, verbose: int = 1) -> dict:
-    """Decodes examples with a SavedModel's summarize_verbose signature (the exact tokens it
-    would serve) and scores them like pgn_tf.evaluate does; a progress bar counts the
-    examples decoded."""
-    import tensorflow as tf
+    """Decodes examples with a SavedModel (the exact tokens it would serve: its
+    summarize_verbose signature, through the one batched decode, SummarizerAPI.decode) and
+    scores them as pgn_tf.evaluate does; a progress bar counts the articles decoded."""
+    from pgn_tf import scoring
+    from pgn_tf.evaluation import decode_split
+    from pgn_tf.inference import Summarizer
 
-    from pgn_tf import config as config_lib
-    from pgn_tf import evaluate
-    from pgn_tf.utils import progress
-
-    with open(os.path.join(path, "assets.extra", "config.json")) as f:
-        cfg = config_lib.Config.from_dict(json.load(f))
-    fn = tf.saved_model.load(path).signatures["summarize_verbose"]
-    decoded = []
-    bar = progress.progbar(len(examples), "example", verbose)
-    for i in range(0, len(examples), batch_size):
-        out = fn(articles=tf.constant([e.article for e in examples[i : i + batch_size]]))
-        for row in out["tokens"].numpy():
-            decoded.append([t.decode("utf-8") for t in row if t])
-        bar.update(len(decoded))
-    articles = evaluate.tokenize_texts([e.article for e in examples], cfg.data)
-    references = [evaluate.reference_text(e.summary, cfg.data) for e in examples]
+    summarizer = Summarizer.from_saved_model(path)
+    decoded = decode_split(summarizer, examples, batch_size=batch_size, verbose=verbose).tokens
+    data = summarizer.cfg.data
+    articles = scoring.tokenize_texts([e.article for e in examples], data)
+    references = [scoring.reference_text(e.summary, data) for e in examples]
     return {"system": path, "examples": len(examples),
-            **evaluate.score(decoded, references, articles)}
+            **scoring.score(decoded, references, articles)}
 
 
 def lead_metrics(examples, lead_words: int) -> dict:
     from pgn_tf import config as config_lib
-    from pgn_tf import evaluate
+    from pgn_tf import scoring
 
     data = config_lib.Config().data
-    articles = evaluate.tokenize_texts([e.article for e in examples], data)
-    references = [evaluate.reference_text(e.summary, data) for e in examples]
-    decoded = [evaluate.lead(a, None, lead_words) for a in articles]
+    articles = scoring.tokenize_texts([e.article for e in examples], data)
+    references = [scoring.reference_text(e.summary, data) for e in examples]
+    decoded = [scoring.lead(a, None, lead_words) for a in articles]
     return {"system": f"lead{lead_words}w", "examples": len(examples),
-            **evaluate.score(decoded, references, articles)}
+            **scoring.score(decoded, references, articles)}
 
 
 def evaluate_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:

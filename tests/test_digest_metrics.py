@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pgn_tf import digest_metrics as dm
-from pgn_tf import evaluate
+from pgn_tf import scoring
 
 # Three blocks; their synopses A, B, C (3-letter words: rouge-score stems only longer ones).
 SYNOPSES = ["red cat sat .", "big dog ran far .", "sun box hot ."]
@@ -110,10 +110,10 @@ def test_sentences_split_after_the_end_tokens():
 
 def test_lead_blocks_takes_each_visible_blocks_first_sentence():
     blocks = [["a", "b", ".", "c", "."], ["d", "e"], ["f", "!", "g", "."]]
-    assert evaluate.lead_blocks(blocks, 100) == "a b . d e . f !".split()  # "." added after e
-    assert evaluate.lead_blocks(blocks, 5) == "a b .".split()  # block 2 starts at token 5
-    assert evaluate.lead_blocks(blocks, 6) == "a b . d .".split()  # its first token is read
-    assert evaluate.lead_blocks(blocks, 2) == "a b .".split()
+    assert scoring.lead_blocks(blocks, 100) == "a b . d e . f !".split()  # "." added after e
+    assert scoring.lead_blocks(blocks, 5) == "a b .".split()  # block 2 starts at token 5
+    assert scoring.lead_blocks(blocks, 6) == "a b . d .".split()  # its first token is read
+    assert scoring.lead_blocks(blocks, 2) == "a b .".split()
 
 
 def test_see_et_al_repetition_and_novelty_counts():
@@ -121,12 +121,12 @@ def test_see_et_al_repetition_and_novelty_counts():
     # 3 distinct -> 40%; 3-grams aba bab aba ba. : 4, 3 distinct -> 25%; 4-grams: 3, none
     # repeated. Novel w.r.t. the article "a b c .": 2-grams ba, ba, a. (3 of 5, 60%);
     # every 3-gram (100%).
-    got = evaluate.repetition_and_novelty([["a", "b", "a", "b", "a", "."]],
+    got = scoring.repetition_and_novelty([["a", "b", "a", "b", "a", "."]],
                                           [["a", "b", "c", "."]])
     assert [got[f"dup_{n}gram_pct"] for n in (1, 2, 3, 4)] == [50.0, 40.0, 25.0, 0.0]
     assert [got[f"novel_{n}gram_pct"] for n in (1, 2, 3, 4)] == [0.0, 60.0, 100.0, 100.0]
     # sentences: "x ." twice and "y ." -> 1 duplicate of 3
-    got = evaluate.repetition_and_novelty([["x", ".", "x", ".", "y", "."]], [["x"]])
+    got = scoring.repetition_and_novelty([["x", ".", "x", ".", "y", "."]], [["x"]])
     assert got["dup_sentence_pct"] == 33.33
 
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import evaluate, summarize
+from pgn_tf import evaluation, scoring, summarize
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
 from pgn_tf.decoding.beam_search import beam_search
@@ -70,7 +70,7 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
-    result = evaluate.evaluate(corpus["validation"], trained_model_dir, limit=24,
+    result = evaluation.evaluate(corpus["validation"], trained_model_dir, limit=24,
                                output_dir=str(tmp_path), bootstrap=100, progress=False,
                                rouge_recall_bytes=20)
     m = result.metrics
@@ -85,18 +85,18 @@ def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
     assert 0 < m["mean_p_gen"] < 1 and m["articles_per_sec"] > 0
     lines = [json.loads(x) for x in open(tmp_path / "decoded.jsonl")]
     assert len(lines) == 24 and lines[0]["reference"] and lines == result.rows
-    lead = evaluate.evaluate(corpus["validation"], baseline="lead", lead_words=8, limit=24,
+    lead = evaluation.evaluate(corpus["validation"], baseline="lead", lead_words=8, limit=24,
                              bootstrap=100).metrics
     assert lead["system"] == "lead8w" and lead["avg_summary_tokens"] == 8
 
 
 def test_repetition_and_novelty_stats():
-    stats = evaluate.repetition_and_novelty([["a", "b", "a", "b", "."]], [["a", "b", "c"]])
+    stats = scoring.repetition_and_novelty([["a", "b", "a", "b", "."]], [["a", "b", "c"]])
     assert stats["dup_1gram_pct"] == 40.0 and stats["dup_2gram_pct"] == 25.0
     assert stats["novel_1gram_pct"] == 20.0 and stats["repeat_token_outputs_pct"] == 100.0
     outputs = [["puzzle", "puzzle", "game"], ["a", ",", "b", ",", "c", "-", "-"], ["x", "2", "2"],
                ["one", "'s", "'s"]]
-    stats = evaluate.repetition_and_novelty(outputs, [[]] * 4)
+    stats = scoring.repetition_and_novelty(outputs, [[]] * 4)
     assert stats["repeat_token_outputs_pct"] == 100.0  # every output repeats some token
     assert stats["repeat_word_outputs_pct"] == 75.0  # punctuation repeats are not counted
 
@@ -104,15 +104,15 @@ def test_repetition_and_novelty_stats():
 def test_score_reports_reference_rates_and_recall_at_bytes():
     decoded = [["a", "b", "c", "d"], ["é", "é", "f"]]
     references = ["a b", "é f g"]
-    m = evaluate.score(decoded, references, [[], []], bootstrap=0, recall_bytes=3)
+    m = scoring.score(decoded, references, [[], []], bootstrap=0, recall_bytes=3)
     assert m["reference_repeat_word_pct"] == 0.0 and m["repeat_word_outputs_pct"] == 50.0
     # "a b c d" -> "a b" (recall 1); "é é f" -> "é" (3 bytes: a 2-byte character and a space),
     # which rouge-score's tokenizer (ASCII letters and digits only) reads as no word: recall 0
     assert m["rouge1_recall_3b"] == 50.0
-    assert evaluate.score([["a", "b", "c", "d"]], ["a b"], [[]], bootstrap=0,
+    assert scoring.score([["a", "b", "c", "d"]], ["a b"], [[]], bootstrap=0,
                           recall_bytes=1)["rouge1_recall_1b"] == 50.0
-    assert evaluate.truncate_bytes(["héllo", "wörld", "x"], 8) == ["héllo", "w"]
-    assert evaluate.truncate_bytes(["héllo"], 2) == ["h"]  # never half a character
+    assert scoring.truncate_bytes(["héllo", "wörld", "x"], 8) == ["héllo", "w"]
+    assert scoring.truncate_bytes(["héllo"], 2) == ["h"]  # never half a character
 
 
 def test_beam_search_on_the_model_equals_see_et_al_one_article_at_a_time(summarizer, validation):
@@ -193,12 +193,33 @@ def test_replace_unk_puts_the_most_attended_source_word(trained_model_dir, valid
 
 def test_sorted_batches_come_back_in_input_order(summarizer, validation):
     examples = validation[:10]
-    tokens, _, _, raw = evaluate.decode_examples(summarizer, examples, 4, None, verbose=0,
-                                                 lengths=[-len(e.article) for e in examples])
+    # Longest first, batches of 4: every batch holds other articles than input order would.
+    got = evaluation.decode_split(summarizer, examples, batch_size=4,
+                                  lengths=[-len(e.article) for e in examples])
     out = summarizer.summarize(tf.constant([e.article for e in examples]))
-    for i, (toks, n) in enumerate(zip(out["tokens"].numpy(), out["length"].numpy())):
-        assert tokens[i] == [t.decode() for t in toks[:n]]
-    assert len(raw) == 10
+    for i, (toks, raw, n) in enumerate(zip(out["tokens"].numpy(), out["raw_tokens"].numpy(),
+                                           out["length"].numpy())):
+        assert got.tokens[i] == [t.decode() for t in toks[:n]]
+        assert got.raw_tokens[i] == [t.decode() for t in raw[:n]]
+    assert len(got.p_gen) == 10 and all(np.isnan(got.p_gen))  # not asked for
+
+
+def test_decode_rows_carry_tokens_p_gen_and_a_beam_override(summarizer, validation):
+    articles = [e.article for e in validation[:6]]
+    rows = summarizer.decode(articles, 4, tokens=True, p_gen=True)
+    out = summarizer.summarize(tf.constant(articles), with_p_gen=True)
+    for i, row in enumerate(rows):
+        n = int(out["length"][i])
+        assert row["summary"] == out["summaries"].numpy()[i].decode()
+        assert row["tokens"] == [t.decode() for t in out["tokens"].numpy()[i][:n]]
+        assert row["p_gen"] == pytest.approx(float(np.mean(out["p_gen"].numpy()[i][:n])))
+    greedy_like = summarizer.decode(articles, 4, beam_size=1)
+    beam1 = summarizer.summarize(tf.constant(articles), beam_size=1)["summaries"].numpy()
+    assert [r["summary"] for r in greedy_like] == [b.decode() for b in beam1]
+    with pytest.raises(ValueError, match="beam_size"):
+        summarizer.decode(articles, beam_size=0)
+    with pytest.raises(ValueError, match="lengths"):
+        summarizer.decode(articles, lengths=[1])
 
 
 def test_fixed_length_decoding(summarizer, validation):

@@ -5,7 +5,7 @@ import json
 import re
 import types
 
-from pgn_tf import config, evaluate
+from pgn_tf import config, evaluation
 from pgn_tf.data import dataset, tfrecord
 from pgn_tf.training import loop
 
@@ -57,5 +57,5 @@ def test_conversion_vocab_and_perplexity_show_counts(corpus, trained_model_dir, 
     from pgn_tf.inference import Summarizer
 
     s = Summarizer.from_model_dir(trained_model_dir)
-    ppl = evaluate.perplexity(s.model, s.vocab, s.cfg, records[:24], batch_size=8, verbose=1)
+    ppl = evaluation.perplexity(s.model, s.vocab, s.cfg, records[:24], batch_size=8, verbose=1)
     assert "24/24" in _plain(capsys.readouterr()) and 1.0 < ppl < 50

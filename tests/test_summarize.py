@@ -7,7 +7,7 @@ import random
 import pytest
 import tensorflow as tf
 
-from pgn_tf import evaluate, summarize, text
+from pgn_tf import evaluation, summarize, text
 from pgn_tf.data import synthetic
 from pgn_tf.inference import Summarizer
 
@@ -68,7 +68,7 @@ def test_cli_summarizer_and_evaluate_agree_on_500_lines(trained_model_dir, jsonl
         [r["article"] for r in records])
     assert api == cli
 
-    evaluate.evaluate(path, trained_model_dir, output_dir=str(tmp_path / "ev"), bootstrap=0,
+    evaluation.evaluate(path, trained_model_dir, output_dir=str(tmp_path / "ev"), bootstrap=0,
                       progress=False)
     decoded = {}
     for line in open(tmp_path / "ev" / "decoded.jsonl"):

@@ -35,15 +35,15 @@ def test_buckets():
 def test_call_traces_once_per_bucket_and_pads_invisibly(summarizer, articles):
     assert summarizer.batch_size == 32
     five = summarizer(articles[:5])  # bucket 8
-    count = summarizer.compiled.batch.experimental_get_tracing_count()
+    count = summarizer.compiled.tracing_count()
     assert count == 1
     assert summarizer(articles[:5]) == five
     assert summarizer(articles[10:13]) and summarizer(articles[20:28])  # 3 and 8 rows: bucket 8
-    assert summarizer.compiled.batch.experimental_get_tracing_count() == 1
+    assert summarizer.compiled.tracing_count() == 1
     all40 = summarizer(articles)  # 32 + 8 rows
-    assert summarizer.compiled.batch.experimental_get_tracing_count() == 2
+    assert summarizer.compiled.tracing_count() == 2
     assert summarizer(articles[::-1]) == all40[::-1]  # answered in input order
-    assert summarizer.compiled.batch.experimental_get_tracing_count() == 2
+    assert summarizer.compiled.tracing_count() == 2
     # The padding rows change nothing: the plain in-graph call on the unpadded batch agrees.
     plain = summarizer.summarize(tf.constant(articles[:5]))["summaries"].numpy()
     assert five == [s.decode("utf-8") for s in plain]
@@ -81,6 +81,35 @@ def test_saved_model_summarizer_matches_in_process(summarizer, articles, exporte
     np.testing.assert_allclose(a["p_gen"], b["p_gen"], atol=1e-5)
     with pytest.raises(pgn_tf.inference.UserError, match="is it a pgn_tf export"):
         pgn_tf.Summarizer.from_saved_model(os.path.dirname(path))
+
+
+def test_one_decode_path_for_an_export_and_the_model(summarizer, articles, exported, corpus,
+                                                     trained_model_dir):
+    from pgn_tf import evaluation
+
+    _, _, path = exported
+    served = pgn_tf.Summarizer.from_saved_model(path)
+    got = served.decode(articles[:8], 4, tokens=True, p_gen=True)  # summarize_verbose
+    want = summarizer.decode(articles[:8], 4, tokens=True, p_gen=True)
+    assert [r["tokens"] for r in got] == [r["tokens"] for r in want]
+    assert [r["raw_tokens"] for r in got] == [r["raw_tokens"] for r in want]
+    np.testing.assert_allclose([r["p_gen"] for r in got], [r["p_gen"] for r in want], atol=1e-5)
+    # beam_size through summarize_options, as in process
+    one, one_in_process = (s.decode(articles[:8], beam_size=1) for s in (served, summarizer))
+    assert [r["summary"] for r in one] == [r["summary"] for r in one_in_process]
+    np.testing.assert_allclose([r["score"] for r in one], [r["score"] for r in one_in_process],
+                               atol=1e-4)
+    with pytest.raises(pgn_tf.inference.UserError, match="leave beam_size out"):
+        served.decode(articles[:2], tokens=True, beam_size=2)
+    # evaluate() scores an export as it scores the model it came from (no perplexity)
+    kw = {"limit": 12, "bootstrap": 0, "progress": False}
+    by_export = evaluation.evaluate(corpus["validation"], saved_model=path, **kw).metrics
+    by_model = evaluation.evaluate(corpus["validation"], trained_model_dir, **kw).metrics
+    assert "perplexity" not in by_export and "perplexity" in by_model
+    for key in ("rouge1", "rougeLsum", "dup_1gram_pct", "raw_unk_outputs_pct", "mean_p_gen"):
+        assert by_export[key] == pytest.approx(by_model[key], abs=1e-3), key
+    with pytest.raises(pgn_tf.inference.UserError, match="not both"):
+        evaluation.evaluate(corpus["validation"], trained_model_dir, saved_model=path)
 
 
 def test_top_level_names_are_lazy():

@@ -23,8 +23,9 @@ from pgn_tf import text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.config import DataConfig
 from pgn_tf.data import tfrecord
-from pgn_tf.data.example import ReadStats
+from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.utils import progress
+from pgn_tf.utils.errors import UserError
 
 FORMATS = ("tfrecord", "jsonl", "story", "see_bin", "tfds", "parallel")
 
@@ -382,3 +383,28 @@ def build_vocab(files: list[str], cfg: DataConfig, verbose: int | None = None) -
         bar.update(done)
     bar.update(done, finalize=True)
     return vocab_lib.Vocab.from_counter(counter, cfg.vocab_size, cfg.min_count)
+
+
+def read_split(path: str, fmt: str | None, limit: int | None) -> list[Example]:
+    """The first `limit` examples (all with None) of any data path (format `fmt`, detected when
+    None) as a list; UserError when the path matches nothing or holds no example."""
+    fmt = fmt or detect_format(path)
+    if fmt == "tfrecord":
+        files = sorted(tf.io.gfile.glob(path))
+        if not files:
+            raise UserError(f"data path {path} matches no file")
+        tfrecord.validate_tfrecords(files)
+        it = tfrecord.read_tfrecords(path)
+    else:
+        src = path.split(":")[1] if fmt == "tfds" else path.split(",")[0]
+        if not tf.io.gfile.exists(src):
+            raise UserError(f"data path {src} does not exist")
+        it = read_examples(path, fmt, ReadStats())
+    out: list[Example] = []
+    for ex in it:
+        if limit is not None and len(out) >= limit:
+            break
+        out.append(ex)
+    if not out:
+        raise UserError(f"data path {path} holds no examples")
+    return out

@@ -1,7 +1,7 @@
 """What a training run decodes while it trains: validation ROUGE, when the best checkpoint is
 chosen by it (train.select_by = rouge, and always in an RL phase), and a few decoded samples with
-their attention for TensorBoard. Both decode as `pgn_tf.evaluate` does, with the run's model;
-their compiled functions are built once and kept on the trainer."""
+their attention for TensorBoard. Both decode with the run's model, their compiled
+functions built once and kept on the trainer."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from pgn_tf.utils.errors import UserError
 
 def eval_rouge(trainer) -> dict:
     """ROUGE-1/2/Lsum F1 (x100, rouge-score) of train.eval_rouge_examples validation articles
-    after the first train.eval_skip, decoded as evaluate decodes them (the decode
-    config's search)."""
+    after the first train.eval_skip, decoded by the one batched decode (SummarizerAPI.decode,
+    as evaluation decodes them: the decode config's search). The Summarizer is kept on the
+    trainer, so its compiled calls are traced once a run."""
     import itertools
 
-    from pgn_tf import evaluate
+    from pgn_tf import scoring
     from pgn_tf.data import tfrecord
-    from pgn_tf.inference import Summarizer
+    from pgn_tf.inference import Summarizer, tokens_to_sentences
 
     if trainer._rouge_fn is None:
         records = itertools.chain.from_iterable(
@@ -30,16 +31,12 @@ def eval_rouge(trainer) -> dict:
         if not examples:
             raise UserError(f"train.eval_skip={t.eval_skip} skips every "
                             "validation example: nothing is left to select by ROUGE")
-        refs = [evaluate.reference_text(e.summary, trainer.cfg.data) for e in examples]
+        refs = [scoring.reference_text(e.summary, trainer.cfg.data) for e in examples]
         summarizer = Summarizer(trainer.model, trainer.vocab, trainer.cfg)
-        fn = evaluate.decode_fn(summarizer, None, want_pgen=False)
-        trainer._rouge_fn = (summarizer, fn, examples, refs)
-    summarizer, fn, examples, refs = trainer._rouge_fn
-    decoded = evaluate.decode_examples(summarizer, examples, trainer.cfg.decode.batch_size,
-                                       None, want_pgen=False, verbose=0, fn=fn)[0]
-    from pgn_tf.inference import tokens_to_sentences
-
-    return evaluate.rouge([tokens_to_sentences(d) for d in decoded], refs, bootstrap=0)
+        trainer._rouge_fn = (summarizer, [e.article for e in examples], refs)
+    summarizer, articles, refs = trainer._rouge_fn
+    rows = summarizer.decode(articles, tokens=True)
+    return scoring.rouge([tokens_to_sentences(r["tokens"]) for r in rows], refs, bootstrap=0)
 
 
 def log_samples(trainer, step: int, num: int = 3) -> None:

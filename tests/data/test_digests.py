@@ -7,7 +7,7 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf import digest_metrics, evaluate
+from pgn_tf import digest_metrics, evaluate, evaluation, scoring
 from pgn_tf import vocab as V
 from pgn_tf.config import DataConfig
 from pgn_tf.data import dataset
@@ -54,19 +54,19 @@ def test_summary_lines_and_article_blocks_survive_the_pipeline(tmp_path):
 def test_evaluation_reads_the_sentence_lines_and_blocks(tmp_path):
     path = str(tmp_path / "digests.jsonl.gz")
     _write(path)
-    examples = evaluate.read_split(path, None, None)
+    examples = dataset.read_split(path, None, None)
     cfg = DataConfig()
-    refs = [evaluate.reference_text(e.summary, cfg) for e in examples]
+    refs = [scoring.reference_text(e.summary, cfg) for e in examples]
     assert [r.count("\n") + 1 for r in refs] == [3, 4, 5]
     assert refs[0].split("\n")[1] == "file parser library ( runtime ) ."
-    blocks = evaluate.article_blocks(examples, refs, cfg)
+    blocks = scoring.article_blocks(examples, refs, cfg)
     assert [len(b) for b in blocks] == [3, 4, 5]
     assert blocks[0][1] == ["libfoo", "parses", "files", ".", "it", "is", "fast", "."]
     # lead_blocks: one sentence a block
-    lead = evaluate.lead_blocks(blocks[0], cfg.max_enc_steps)
+    lead = scoring.lead_blocks(blocks[0], cfg.max_enc_steps)
     assert " ".join(lead) == "zorg is a game . libfoo parses files . a tool for dogs ."
     # a one-line summary is not a digest
-    flat = evaluate.article_blocks(examples[:1], ["one line ."], cfg)
+    flat = scoring.article_blocks(examples[:1], ["one line ."], cfg)
     assert flat == [None]
 
 
@@ -88,7 +88,7 @@ def test_evaluate_scores_another_systems_outputs_with_the_digest_counts(tmp_path
     outputs.write_text("cat game . file parser library ( runtime ) . cat game .\n"
                        "beta gamma .\nnone at all\n")
     out = tmp_path / "eval"
-    metrics = evaluate.evaluate(path, decoded=str(outputs), output_dir=str(out), bootstrap=0,
+    metrics = evaluation.evaluate(path, decoded=str(outputs), output_dir=str(out), bootstrap=0,
                                 progress=False).metrics
     rows = [json.loads(x) for x in (out / "decoded.jsonl").read_text().splitlines()]
     assert [(r["blocks"], r["blocks_matched"], r["sentences"], r["repeated_sentences"])

@@ -92,7 +92,7 @@ def test_parallel_reader_derives_the_title_file(tmp_path):
 
 @pytest.mark.slow
 def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
-    from pgn_tf import evaluate, export, train
+    from pgn_tf import evaluation, export, train
     from pgn_tf.data import tfrecord
     from pgn_tf.inference import Summarizer
     from pgn_tf.serving.client import summarize
@@ -118,7 +118,7 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
             "--set", "train.eval_every=40", "--set", "train.eval_batches=2",
             "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=14"]))
         assert result["eval_loss"] < result["initial_eval_loss"]
-        metrics = evaluate.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+        metrics = evaluation.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
                                     bootstrap=0, batch_size=64).metrics  # plain means, as tune
         ppl[encoder] = metrics["perplexity"]
     assert all(np.isfinite(p) and p > 1 for p in ppl.values())
@@ -143,7 +143,7 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
     # features; tune decodes it through the rescoring step with weights 1,0,0,0,0), and
     # ABS+ with the tuned weights as decode.abs_plus_weights.
     assert tuned["abs"] == metrics["rougeLsum"]
-    again = evaluate.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+    again = evaluation.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
                               bootstrap=0, batch_size=64, output_dir=str(tmp_path / "plus"),
                               overrides=[f"decode.abs_plus_weights={tuned['weights']}"]).metrics
     assert again["rougeLsum"] == tuned["abs_plus"]
