@@ -60,7 +60,7 @@ def emit(name: str, result: dict) -> None:
 def articles_from(path: str | None, n: int, model_dir: str | None = None) -> list[str]:
     """n articles from a data path (any pgn_tf format), else from the synthetic corpus."""
     if path:
-        from pgn_tf.evaluate import read_split
+        from pgn_tf.data.dataset import read_split
 
         exs = read_split(path, None, n)
         return [e.article for e in exs] * (n // len(exs) + 1)

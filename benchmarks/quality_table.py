@@ -194,7 +194,7 @@ class Table:
         self.evaluate(COV, "see", d, train=[t1, t2])
         self.selection_study(d, phase_start, [t1, t2])
         self.extra["curves"] = self.curves(d)
-        from pgn_tf.evaluate import read_split
+        from pgn_tf.data.dataset import read_split
 
         first = read_split(self.valid, None, 1)[0].article
         for picture in (self.attention_png, self.attention_png[: -len(".png")] + ".html"):
@@ -471,7 +471,7 @@ class Table:
         systems = [n for n in ("see2017 baseline", "see2017 pointer-generator", COV,
                                "paulus2017, ML+RL (mixed)", "rush2015 ABS+ (attention)")
                    if self.row(n)]
-        from pgn_tf.evaluate import read_split
+        from pgn_tf.data.dataset import read_split
 
         examples = read_split(self.valid, None, 10)
         decoded = {}

@@ -18,7 +18,7 @@ import collections
 import json
 
 from benchmarks.common import emit
-from pgn_tf.evaluate import ngrams
+from pgn_tf.scoring import ngrams
 
 
 def duplicates(tokens: list[str], n: int) -> tuple[int, int, collections.Counter]:

@@ -19,8 +19,8 @@ import sys
 from benchmarks.common import emit
 from pgn_tf import rouge155
 from pgn_tf.data import jsonl
-from pgn_tf.evaluate import rouge
 from pgn_tf.inference import tokens_to_sentences
+from pgn_tf.scoring import rouge
 
 
 def read_decoded(path: str, limit: int | None = None) -> tuple[list[str], list[str]]:

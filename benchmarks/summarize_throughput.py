@@ -34,7 +34,7 @@ def main() -> None:
     import tensorflow as tf
 
     from pgn_tf import summarize
-    from pgn_tf.evaluate import read_split
+    from pgn_tf.data.dataset import read_split
     from pgn_tf.inference import Summarizer
 
     result = {"batch": a.batch}

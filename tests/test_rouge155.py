@@ -4,7 +4,7 @@ error where it cannot run."""
 import pytest
 
 from pgn_tf import rouge155
-from pgn_tf.evaluate import rouge
+from pgn_tf.scoring import rouge
 
 DECODED = ["the cat sat on the mat .\nit was happy .", "dogs bark at night .", ""]
 REFERENCES = ["a cat sat on a mat .\nthe cat was happy .", "the dogs barked all night .",
