@@ -29,7 +29,7 @@ import os
 import shutil
 import subprocess
 
-from pgn_tf.pipelines.preprocess import hash_fraction
+from pgn_tf.pipelines.portable import hash_fraction
 from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 

@@ -52,172 +52,38 @@ if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf
     raise SystemExit(run_command("pgn_tf.pipelines.preprocess"))
 import argparse
 import collections
-import gzip
 import hashlib
 import json
 import time
 from collections.abc import Sequence
 
 import apache_beam as beam
-from apache_beam.io import fileio
-from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from pgn_tf.data.example import Example, ReadStats
+from pgn_tf.data.example import Example
 from pgn_tf.pipelines.portable import (
     COUNTS_FILE,
     MAX_READ_SHARDS,
     Batches,
     Count,
     Files,
-    MatchParts,
     SplitCounts,
     WriteCounts,
     WriteShards,
     buckets_for,
-    counts_of,
-    hash_fraction,
     pipeline_options,
     read_counts,
     remove_temporaries,
     run_pipeline,
     shards_for,
 )
+from pgn_tf.pipelines.readers import FORMATS, Read, data_fingerprint
+from pgn_tf.pipelines.splits import HashSplit, UrlListSplit, parse_split, read_url_lists
 from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
-FORMATS = ("jsonl", "story", "see_bin", "tfds", "parallel")
-# CNN/DM's url lists (See et al.'s cnn-dailymail repo) -> our split names.
-URL_LISTS = {"all_train.txt": "train", "all_val.txt": "validation", "all_test.txt": "test"}
 TOKENIZE_BATCH = 512  # examples per tokenizer call
 VOCAB = ""  # WriteShards' name for vocab.txt: never a split's (parse_split refuses empty names)
-
-
-# -- reading --------------------------------------------------------------------------------
-
-
-def _parse_jsonl_line(raw: bytes):
-    from pgn_tf.data import jsonl
-
-    stats = ReadStats()
-    # Without an id in the record, the article's hash is a stable one on any runner.
-    ex = jsonl.parse_line(raw, "sha1:" + hashlib.sha1(raw).hexdigest()[:16], stats)
-    if ex is not None:
-        yield ex
-    yield from counts_of(stats)
-
-
-def _parse_jsonl_file(readable):
-    """A whole (gzipped) JSONL file: jsonl.lines notices a truncated or corrupt gzip, which
-    Beam's text source reads to the cut without a word. Ids as _parse_jsonl_line gives them."""
-    from pgn_tf.data import jsonl
-
-    stats = ReadStats()
-    with readable.open(compression_type=CompressionTypes.UNCOMPRESSED) as raw:
-        f = gzip.GzipFile(fileobj=raw) if readable.metadata.path.endswith(".gz") else raw
-        for _, line in jsonl.lines(f, readable.metadata.path, stats):
-            line = line.rstrip(b"\r\n")  # as the text source strips it
-            ex = jsonl.parse_line(line, "sha1:" + hashlib.sha1(line).hexdigest()[:16], stats)
-            if ex is not None:
-                yield ex
-    yield from counts_of(stats)
-
-
-def _parse_story(readable) -> list[Example | Count]:
-    from pgn_tf.data import stories
-
-    stats = ReadStats()
-    ex = stories.story_example(readable.read(), readable.metadata.path, stats)
-    return ([ex] if ex is not None else []) + counts_of(stats)
-
-
-def _parse_see_bin(readable):
-    from pgn_tf.data import see_bin
-
-    stats = ReadStats()
-    with readable.open() as f:
-        yield from see_bin.read_see_bin_file(f, readable.metadata.path, stats)
-    yield from counts_of(stats)
-
-
-def _read_tfds(spec: str):
-    from pgn_tf.data import tfds_reader
-
-    data_dir, _, split = spec.partition(":")
-    stats = ReadStats()
-    yield from tfds_reader.read_tfds(data_dir, split or "train", stats=stats)
-    yield from counts_of(stats)
-
-
-def _read_parallel(spec: str):
-    from pgn_tf.data import parallel
-
-    stats = ReadStats()
-    yield from parallel.read_parallel(spec, stats)
-    yield from counts_of(stats)
-
-
-def file_patterns(input_path: str, fmt: str) -> list[str]:
-    """The file patterns an --input of a format reads (Beam FileSystems syntax)."""
-    if fmt == "story" and not any(c in input_path for c in "*?[") and not input_path.endswith(
-        ".story"
-    ):
-        return [input_path.rstrip("/") + "/*.story"]  # a directory of stories
-    if fmt == "tfds":
-        return [FileSystems.join(input_path.split(":")[0], "**")]  # the prepared dataset's files
-    if fmt == "parallel":
-        from pgn_tf.data import parallel
-
-        return list(parallel.split_spec(input_path))
-    return [input_path]
-
-
-def data_fingerprint(input_path: str, fmt: str) -> dict:
-    """What the input data is, without reading it: every matched file's path, size and
-    modification time (as make and rsync judge change), hashed. A file added, removed, replaced
-    or rewritten changes the digest, so a pipeline step reading it runs again."""
-    digest = hashlib.sha1()
-    files = total = 0
-    for result in FileSystems.match(file_patterns(input_path, fmt)):
-        for m in sorted(result.metadata_list, key=lambda m: m.path):
-            digest.update(f"{m.path}\0{m.size_in_bytes}\0{m.last_updated_in_seconds}\n".encode())
-            files += 1
-            total += m.size_in_bytes
-    return {"files": files, "bytes": total, "sha1": digest.hexdigest()}
-
-
-class Read(beam.PTransform):
-    """PBegin -> PCollection[Example | Count] for one input format.
-
-    input_path: a file, glob or (story) directory; for tfds, `DATA_DIR[:split]`.
-    parts: how many parts the files are matched in (MatchParts).
-    """
-
-    def __init__(self, input_path: str, fmt: str, parts: int = 1):
-        super().__init__()
-        self.input_path = input_path
-        self.fmt = fmt
-        self.parts = parts
-
-    def expand(self, pbegin):
-        if self.fmt in ("tfds", "parallel"):  # one reader: the files must stay in step
-            read = _read_tfds if self.fmt == "tfds" else _read_parallel
-            return pbegin | beam.Create([self.input_path]) | beam.FlatMap(read)
-        paths = pbegin | MatchParts(file_patterns(self.input_path, self.fmt), self.parts)
-        if self.fmt == "jsonl":
-            # Uncompressed files through the text source, which splits a large file across
-            # workers; gzipped ones (never split) whole, so a damaged one is noticed and named.
-            gz = paths | "Gz" >> beam.Filter(lambda path: path.endswith(".gz"))
-            plain = paths | "Plain" >> beam.Filter(lambda path: not path.endswith(".gz"))
-            from_gz = gz | fileio.ReadMatches() | "ParseGz" >> beam.FlatMap(_parse_jsonl_file)
-            from_text = (
-                plain
-                | beam.io.ReadAllFromText(coder=beam.coders.BytesCoder())
-                | "ParseLines" >> beam.FlatMap(_parse_jsonl_line)
-            )
-            return (from_gz, from_text) | "AllJsonl" >> beam.Flatten()
-        parse = _parse_story if self.fmt == "story" else _parse_see_bin
-        return paths | fileio.ReadMatches() | beam.FlatMap(parse)
 
 
 # -- tokenizing, cleaning, dedupe -------------------------------------------------------------
@@ -273,78 +139,6 @@ def keep_one(keyed):
     if len(items) > 1:
         yield Count("duplicate article", len(items) - 1)
     yield items[0]
-
-
-# -- splitting ------------------------------------------------------------------------------
-
-
-def parse_split(spec: str) -> list[tuple[str, float]]:
-    """'train=0.9,validation=0.05,test=0.05' -> [(name, fraction)], fractions summing to 1."""
-    parts = []
-    for item in spec.split(","):
-        name, eq, frac = item.partition("=")
-        try:
-            value = float(frac)
-        except ValueError:
-            value = -1.0
-        if not eq or not name.strip() or value < 0:
-            raise UserError(f"--split expects name=fraction,..., got '{spec}'")
-        parts.append((name.strip(), value))
-    total = sum(f for _, f in parts)
-    if abs(total - 1.0) > 1e-6:
-        raise UserError(f"--split fractions sum to {total:g}, not 1")
-    if "train" not in dict(parts):
-        raise UserError("--split needs a 'train' part (the vocab is built from it)")
-    return parts
-
-
-class HashSplit:
-    """Assigns an example to a split by the hash of its id."""
-
-    def __init__(self, parts: list[tuple[str, float]]):
-        self.names = [n for n, _ in parts]
-        self.shares = dict(parts)  # split -> expected share of the examples
-        self.bounds, acc = [], 0.0
-        for _, f in parts:
-            acc += f
-            self.bounds.append(acc)
-
-    def __call__(self, item, num_partitions: int) -> int:
-        x = hash_fraction(item[0].id)
-        for i, b in enumerate(self.bounds):
-            if x < b:
-                return i
-        return len(self.bounds) - 1
-
-
-def read_url_lists(directory: str) -> dict[str, str]:
-    """CNN/DM url lists -> {story id: split}. A story's file name is the sha1 hex of its URL
-    (See et al.'s make_datafiles.py)."""
-    mapping = {}
-    for fname, split in URL_LISTS.items():
-        path = FileSystems.join(directory, fname)
-        if not FileSystems.exists(path):
-            raise UserError(f"--split_files {directory} has no {fname}")
-        with FileSystems.open(path) as f:
-            for line in f.read().decode("utf-8").splitlines():
-                if line.strip():
-                    mapping[hashlib.sha1(line.strip().encode()).hexdigest()] = split
-    return mapping
-
-
-class UrlListSplit:
-    """Assigns a story to the split whose url list names it; others go to a last 'unlisted'
-    partition that is dropped (counted)."""
-
-    def __init__(self, mapping: dict[str, str]):
-        self.names = [*URL_LISTS.values()]
-        self.mapping = mapping
-        listed = list(mapping.values())
-        self.shares = {n: listed.count(n) / max(1, len(listed)) for n in self.names}
-
-    def __call__(self, item, num_partitions: int) -> int:
-        split = self.mapping.get(item[0].id)
-        return self.names.index(split) if split else len(self.names)
 
 
 # -- writing --------------------------------------------------------------------------------

@@ -414,9 +414,9 @@ def run(cfg: dict, verbose: int | None = None) -> dict:
 
 def preprocess_inputs(pre_cfg: dict) -> dict:
     """The preprocess step's inputs: its config and the fingerprint of the data it reads."""
-    from pgn_tf.pipelines import preprocess
+    from pgn_tf.pipelines import readers
 
-    return dict(pre_cfg, data=preprocess.data_fingerprint(pre_cfg["input"], pre_cfg["format"]))
+    return dict(pre_cfg, data=readers.data_fingerprint(pre_cfg["input"], pre_cfg["format"]))
 
 
 def train_inputs(train_cfg: dict) -> dict:

@@ -20,7 +20,7 @@ import apache_beam as beam
 import pytest
 
 from pgn_tf.data import jsonl, synthetic, tfrecord
-from pgn_tf.pipelines import portable, preprocess, summarize
+from pgn_tf.pipelines import portable, preprocess, splits, summarize
 from pgn_tf.pipelines import run as flow
 
 STARTUP_S = 120  # a scheduler and workers importing dask (and TF, on a loaded 2-core machine)
@@ -410,7 +410,7 @@ def test_every_branch_feeds_the_last_step_and_no_step_has_side_or_tagged_outputs
     if pipeline == "preprocess":
         graph = graph_of(lambda p: preprocess.build(
             p, str(tmp_path / "*.jsonl"), "jsonl", str(tmp_path), 50,
-            preprocess.HashSplit([("train", 0.8), ("validation", 0.2)]),
+            splits.HashSplit([("train", 0.8), ("validation", 0.2)]),
             ["train", "validation"]))
     else:
         handler = summarize.SavedModelHandler(str(tmp_path), 4)

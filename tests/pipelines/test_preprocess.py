@@ -11,7 +11,7 @@ import tensorflow as tf
 from pgn_tf import config
 from pgn_tf.data import dataset, see_bin, tfrecord
 from pgn_tf.data.example import Example
-from pgn_tf.pipelines import preprocess
+from pgn_tf.pipelines import portable, preprocess
 
 
 def run(tmp_path, *argv):
@@ -58,7 +58,7 @@ def test_jsonl_counts_add_up_and_output_trains(tmp_path):
     assert "dup" not in ids and "d3" in ids and len(set(ids)) == len(ids)  # lowest id kept
     # The split follows the id's hash only: the same id always lands in the same split.
     for e in valid:
-        assert preprocess.hash_fraction(e.id) >= 0.8
+        assert portable.hash_fraction(e.id) >= 0.8
     assert json.loads((out / "stats.json").read_text())["read"] == 65
 
     # The vocab equals the one pgn_tf.train would build from the same training records.
