@@ -26,7 +26,7 @@ from pgn_tf.inference import tokens_to_sentences
 from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
-METRICS = ("rouge1", "rouge2", "rougeLsum")
+METRICS = ("rouge1", "rouge2", "rougeL", "rougeLsum")  # rougeL: the RL reward (pgn_tf.rewards)
 
 
 def read_decoded(path: str) -> list[dict]:

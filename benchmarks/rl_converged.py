@@ -1,0 +1,278 @@
+"""Paulus et al.'s self-critical RL from a converged start: the study their Table 1 implies, in
+one unattended run on the Debian package descriptions.
+
+    python -m benchmarks.rl_converged --data_dir DIR --work_dir runs/rl_converged \
+        [--start_minutes 60] [--grid_minutes 10] [--arm_minutes 60] [--rl_samples 4]
+    python -m benchmarks.rl_converged --work_dir runs/rl_converged --render
+
+Earlier RL arms here started from a model ML was still improving and ran 20 minutes, so ML
+continued won by construction (docs/status.md). This study removes both confounds:
+
+  start   Paulus et al.'s model (debian_paulus) trained with ML for --start_minutes, its best
+          checkpoint chosen by ROUGE-Lsum on the selection pairs. Its validation curve is shown
+          with how much the last third of the run still gained (`flatness`): RL is meant to
+          start where ML no longer improves.
+  grid    the mixed objective (eq. 16, --rl_samples samples an article against their
+          leave-one-out mean) from that start for --grid_minutes at every learning rate x ML
+          weight gamma of GRID; each point scored by its best validation ROUGE-Lsum on the
+          selection pairs only (never on the scored pairs). The best point sets the arms'
+          learning rate and gamma.
+  arms    three arms from the start, --arm_minutes each (the same wall-clock budget): ML
+          continued; mixed ML + RL (the chosen learning rate and gamma); RL alone (eq. 15,
+          gamma = 1, the chosen learning rate), as Table 1's three rows.
+
+Scored as the quality table scores (benchmarks/quality_table.py): beam 4 on the first --score
+validation pairs; paired bootstrap (pgn_tf.significance) of each RL arm against ML continued on
+ROUGE-Lsum and on ROUGE-L (the reward); See et al.'s repetition and novelty beside them (Paulus
+et al. warn that RL alone reads worse). Selection and grid use the --select pairs after them.
+
+Each phase's model dir is kept and a phase that finished is not run again, so a run stopped
+midway resumes where it stopped. Writes <work_dir>/rl_table.md, rl.json and a JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import sys
+
+from benchmarks import targets
+from benchmarks.common import cpu_flags, emit
+from benchmarks.quality_table import Table, event_scalars
+
+PRESET = "debian_paulus"
+STAGE = "rl_converged"
+# The grid the mixed objective's learning rate and ML weight are chosen on (selection pairs).
+GRID = {"learning_rate": (3e-5, 1e-4, 3e-4), "gamma": (0.9984, 0.99)}
+FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
+ARMS = ("ML continued", "ML+RL (mixed)", "RL alone")
+ARM_DIRS = dict(zip(ARMS, ("ml", "mixed", "rl")))
+
+
+def flatness(curve: list[dict], key: str = "rougeLsum") -> dict:
+    """How much a validation curve (quality_table's `curves` rows: minutes, step, key) still
+    gained in its last third: the best value there minus the best before it, and the slope of
+    a least-squares line through the last third (points per 10 minutes). Flat: a gain below
+    FLAT_GAIN."""
+    points = [(c["minutes"], c[key]) for c in curve if key in c]
+    if len(points) < 3:
+        return {"points": len(points), "flat": None,
+                "reason": "fewer than 3 validation ROUGE points"}
+    end = points[-1][0]
+    cut = points[0][0] + 2 * (end - points[0][0]) / 3
+    early = [v for m, v in points if m < cut] or [points[0][1]]
+    late = [(m, v) for m, v in points if m >= cut]
+    gain = max(v for _, v in late) - max(early)
+    slope = 0.0
+    if len(late) > 1:
+        mx = sum(m for m, _ in late) / len(late)
+        my = sum(v for _, v in late) / len(late)
+        var = sum((m - mx) ** 2 for m, _ in late)
+        slope = 10 * sum((m - mx) * (v - my) for m, v in late) / var if var else 0.0
+    return {"points": len(points), "last_third_from_minute": round(cut, 1),
+            "last_third_gain": round(gain, 2), "slope_per_10_min": round(slope, 2),
+            "flat": gain < FLAT_GAIN}
+
+
+def grid_points() -> list[dict]:
+    return [{"learning_rate": lr, "gamma": g}
+            for lr, g in itertools.product(GRID["learning_rate"], GRID["gamma"])]
+
+
+def best_point(results: list[dict]) -> dict:
+    """The grid point with the highest selection ROUGE-Lsum (the first of equals)."""
+    if not results:
+        raise ValueError("no grid point finished")
+    return max(results, key=lambda r: r["selection_rougeLsum"])
+
+
+def arm_overrides(arm: str, point: dict, rl_samples: int) -> list[str]:
+    """The config overrides of one arm (ARMS) from the start; every arm selects its best
+    checkpoint by ROUGE-Lsum on the selection pairs, as the start did."""
+    if arm == "ML continued":
+        return ["train.objective=ml"]
+    rl = [f"train.rl_learning_rate={point['learning_rate']}", f"train.rl_samples={rl_samples}"]
+    if arm == "ML+RL (mixed)":
+        return ["train.objective=mixed", f"train.rl_gamma={point['gamma']}", *rl]
+    if arm == "RL alone":
+        return ["train.objective=rl", *rl]
+    raise ValueError(f"unknown arm '{arm}' ({', '.join(ARMS)})")
+
+
+class Study:
+    """The start, the grid and the arms, run through the quality table's runner (the same
+    training command, the same scoring)."""
+
+    def __init__(self, a):
+        self.a = a
+        self.table = Table(argparse.Namespace(
+            data_dir=a.data_dir, work_dir=a.work_dir, score=a.score, set=a.set))
+        self.path = self.table.w("rl.json")
+        self.state: dict = {}
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                self.state = json.load(f)
+
+    def save(self) -> None:
+        with open(self.path, "w") as f:
+            json.dump(self.state, f, indent=2)
+
+    def selection(self) -> list[str]:
+        return ["--set", "train.select_by=rouge", "--set", "train.select_rouge=rougeLsum",
+                "--set", f"train.eval_rouge_examples={self.a.select}"]
+
+    def phase(self, d: str, minutes: float, overrides=(), start: str | None = None) -> dict:
+        """One training phase in d (copied from `start` first), or its result if it finished."""
+        done = os.path.join(d, "train_result.json")
+        if os.path.exists(done) and os.path.exists(os.path.join(d, "phase_done")):
+            with open(done) as f:
+                print(f"[rl_converged] {d}: finished before, reused", flush=True)
+                return json.load(f)
+        if start:
+            shutil.rmtree(d, ignore_errors=True)
+            shutil.copytree(start, d, ignore=shutil.ignore_patterns("eval_*", "phase_done"))
+        extra = [*self.selection(), *sum((["--set", o] for o in overrides), [])]
+        result = self.table.train_phase(d, PRESET, minutes, extra)
+        with open(os.path.join(d, "phase_done"), "w") as f:
+            f.write("done\n")
+        return result
+
+    def run(self) -> None:
+        a, w = self.a, self.table.w
+        start = w("start")
+        t0 = self.phase(start, a.start_minutes)
+        curve = self.table.curves(start)
+        self.state["start"] = {"train": t0, "curve": curve, **flatness(curve)}
+        self.save()
+        print(f"[rl_converged] start: {self.state['start']}", flush=True)
+        results = []
+        for point in grid_points():
+            d = w("grid", f"lr{point['learning_rate']:g}_g{point['gamma']:g}")
+            t = self.phase(d, a.grid_minutes, arm_overrides("ML+RL (mixed)", point,
+                                                            a.rl_samples), start=start)
+            best = _best_selection_rouge(d)
+            results.append({**point, "selection_rougeLsum": best, "steps": t["final_step"]})
+            self.state["grid"] = results
+            self.save()
+        chosen = best_point(results)
+        self.state["chosen"] = chosen
+        rows = {}
+        for arm in ARMS:
+            d = w("arms", ARM_DIRS[arm])
+            t = self.phase(d, a.arm_minutes, arm_overrides(arm, chosen, a.rl_samples),
+                           start=start)
+            rows[arm] = self.table.evaluate(f"paulus2017 converged start, {arm}", STAGE, d,
+                                            train=[t0, t])
+        self.state["tests"] = compare_arms({k: r["decoded"] for k, r in rows.items()})
+        self.state["rows"] = rows
+        self.save()
+
+    def render(self) -> str:
+        return render(self.state, vars(self.a))
+
+
+def _best_selection_rouge(model_dir: str) -> float:
+    """The highest validation ROUGE-Lsum (selection pairs) a phase's evals logged."""
+    ev = event_scalars(os.path.join(model_dir, "eval"), ("rougeLsum",))["rougeLsum"]
+    if not ev:
+        raise RuntimeError(f"{model_dir} logged no validation ROUGE-Lsum")
+    return round(max(v for _, _, v in ev), 2)
+
+
+def compare_arms(decoded: dict[str, str]) -> dict:
+    """Each RL arm against ML continued: paired bootstrap on ROUGE-Lsum and ROUGE-L."""
+    from pgn_tf import significance
+
+    out = {}
+    for arm in ARMS[1:]:
+        for metric in ("rougeLsum", "rougeL"):
+            out[f"{arm} vs ML continued, {metric}"] = significance.compare(
+                decoded["ML continued"], decoded[arm], metric)
+    return out
+
+
+def render(state: dict, settings: dict) -> str:
+    """rl_table.md: the start's flatness, the grid, the arms with their tests and targets."""
+    lines = [f"Paulus et al.'s RL from a converged start ({PRESET}); start "
+             f"{settings.get('start_minutes')} min ML, grid {settings.get('grid_minutes')} min a "
+             f"point, arms {settings.get('arm_minutes')} min each, rl_samples "
+             f"{settings.get('rl_samples')}; scored on the first {settings.get('score')} "
+             f"validation pairs, selected on the {settings.get('select')} after them; CPU "
+             f"flags: {cpu_flags()}.", ""]
+    s = state.get("start")
+    if s:
+        lines += [f"Start: {s.get('points')} validation points; the last third (from minute "
+                  f"{s.get('last_third_from_minute')}) gained {s.get('last_third_gain')} "
+                  f"ROUGE-Lsum, slope {s.get('slope_per_10_min')} a 10 min: "
+                  + {True: "flat", False: "not flat (not the paper's setting)",
+                     None: s.get("reason", "unknown")}[s.get("flat")] + ".", ""]
+    if state.get("grid"):
+        lines += ["| learning rate | gamma | selection ROUGE-Lsum | steps |", "|---|---|---|---|"]
+        lines += [f"| {g['learning_rate']:g} | {g['gamma']:g} | {g['selection_rougeLsum']} | "
+                  f"{g['steps']} |" for g in state["grid"]]
+        lines.append("")
+    rows = state.get("rows") or {}
+    if rows:
+        lines += ["| arm | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | dup 3-gram % | novel 2-gram % | "
+                  "outputs repeating a word % | steps |", "|---|---|---|---|---|---|---|---|"]
+        for arm in ARMS:
+            r = rows.get(arm)
+            if r:
+                lines.append(f"| {arm} | {r['rouge1']} | {r['rouge2']} | {r['rougeLsum']} | "
+                             f"{r.get('dup_3gram_pct')} | {r.get('novel_2gram_pct')} | "
+                             f"{r.get('repeat_word_outputs_pct')} | {r.get('train_steps')} |")
+        lines.append("")
+    for name, test in (state.get("tests") or {}).items():
+        ok = test["delta"] > 0 and test["p_value"] < targets.P_VALUE
+        verdict = f"above at p < {targets.P_VALUE:g}" if ok else "not shown above"
+        lines.append(f"- {name}: delta {test['delta']:+.2f} (95% CI {test['delta_ci95']}), "
+                     f"p = {test['p_value']:.4f}: {verdict}")
+    return "\n".join(lines) + "\n"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.rl_converged",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--data_dir", help="holds train.jsonl.gz and validation.jsonl.gz")
+    p.add_argument("--work_dir", default="runs/rl_converged")
+    p.add_argument("--start_minutes", type=float, default=60.0, help="the ML start's budget")
+    p.add_argument("--grid_minutes", type=float, default=10.0, help="each grid point's budget")
+    p.add_argument("--arm_minutes", type=float, default=60.0, help="each arm's budget")
+    p.add_argument("--rl_samples", type=int, default=4)
+    p.add_argument("--score", type=int, default=1500, help="validation pairs scored")
+    p.add_argument("--select", type=int, default=500,
+                   help="validation pairs after them that select checkpoints and the grid point")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a config override for every phase (recorded in rl.json)")
+    p.add_argument("--render", action="store_true", help="only rewrite rl_table.md")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    if not a.render and not a.data_dir:
+        raise SystemExit("--data_dir is required unless --render")
+    if a.rl_samples < 2:
+        raise SystemExit("--rl_samples must be at least 2 (the leave-one-out baseline)")
+    study = Study(a)
+    if not a.render:
+        study.state["settings"] = {**vars(a), "cpu_flags": cpu_flags()}
+        study.save()
+        study.run()
+    md = render(study.state, study.state.get("settings", vars(a)))
+    with open(study.table.w("rl_table.md"), "w") as f:
+        f.write(md)
+    print(md)
+    emit("rl_converged", {"settings": study.state.get("settings"),
+                          "start": {k: v for k, v in (study.state.get("start") or {}).items()
+                                    if k != "curve"},
+                          "grid": study.state.get("grid"), "chosen": study.state.get("chosen"),
+                          "tests": study.state.get("tests")})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

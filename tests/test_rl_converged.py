@@ -1,0 +1,89 @@
+"""The converged-start RL study's pieces: the start curve's flatness, the grid's choice, the arms'
+overrides (valid config keys of the preset), and the table's verdicts follow the tests."""
+
+import argparse
+import json
+
+import pytest
+
+from benchmarks import rl_converged as rc
+from benchmarks import targets
+from pgn_tf import config as config_lib
+from pgn_tf import significance
+
+
+def _curve(values, minutes=None):
+    minutes = minutes or [10 * i for i in range(len(values))]
+    return [{"minutes": m, "step": 100 * i, "rougeLsum": v}
+            for i, (m, v) in enumerate(zip(minutes, values))]
+
+
+def test_flatness_measures_the_last_thirds_gain():
+    rising = rc.flatness(_curve([30, 34, 37, 40, 42, 44, 46]))  # last third from minute 40
+    assert rising["flat"] is False and rising["last_third_gain"] == pytest.approx(6.0)
+    assert rising["slope_per_10_min"] == pytest.approx(2.0)
+    plateau = rc.flatness(_curve([30, 40, 44, 45.2, 45.0, 45.1, 45.2]))
+    assert plateau["flat"] is True and plateau["last_third_gain"] == pytest.approx(0.0)
+    dip_then_back = rc.flatness(_curve([30, 40, 45, 44, 44.5, 45.2, 45.1]))
+    assert dip_then_back["last_third_gain"] == pytest.approx(0.2) and dip_then_back["flat"]
+    assert rc.flatness(_curve([30, 31]))["flat"] is None
+    assert rc.flatness([{"minutes": 0, "step": 0, "loss": 3.0}] * 5)["flat"] is None
+
+
+def test_grid_and_choice():
+    points = rc.grid_points()
+    assert len(points) == len(rc.GRID["learning_rate"]) * len(rc.GRID["gamma"])
+    assert {"learning_rate": 1e-4, "gamma": 0.9984} in points  # the paper's setting is in it
+    results = [{**p, "selection_rougeLsum": 40.0 + i % 3} for i, p in enumerate(points)]
+    assert rc.best_point(results) is results[2]  # the first of the best
+    with pytest.raises(ValueError, match="no grid point"):
+        rc.best_point([])
+
+
+@pytest.mark.parametrize("arm", rc.ARMS)
+def test_each_arms_overrides_are_the_presets_keys(arm):
+    point = {"learning_rate": 3e-5, "gamma": 0.99}
+    overrides = rc.arm_overrides(arm, point, 4)
+    cfg = config_lib.resolve(rc.PRESET)
+    config_lib.apply_overrides(cfg, overrides)
+    cfg.validate()
+    want = {"ML continued": "ml", "ML+RL (mixed)": "mixed", "RL alone": "rl"}[arm]
+    assert cfg.train.objective == want
+    if arm != "ML continued":
+        assert cfg.train.rl_learning_rate == 3e-5 and cfg.train.rl_samples == 4
+    if arm == "ML+RL (mixed)":
+        assert cfg.train.rl_gamma == 0.99
+    with pytest.raises(ValueError, match="unknown arm"):
+        rc.arm_overrides("RL", point, 4)
+
+
+def test_rouge_l_is_a_significance_metric(tmp_path):
+    rows = [{"decoded": "a b c d", "reference": "a b x d"}, {"decoded": "e f", "reference": "e f"}]
+    got = significance.per_example_rouge(rows, "rougeL")
+    assert got.tolist() == pytest.approx([75.0, 100.0])
+
+
+def test_render_follows_the_tests(tmp_path):
+    ok = {"delta": 0.8, "delta_ci95": [0.1, 1.5], "p_value": targets.P_VALUE / 5}
+    weak = {"delta": 0.8, "delta_ci95": [-0.2, 1.5], "p_value": 0.2}
+    row = {"rouge1": 40.0, "rouge2": 20.0, "rougeLsum": 38.0, "dup_3gram_pct": 1.0,
+           "novel_2gram_pct": 10.0, "repeat_word_outputs_pct": 5.0, "train_steps": 900}
+    state = {"start": {**rc.flatness(_curve([30, 40, 44, 45.2, 45.0, 45.1, 45.2])), "curve": []},
+             "grid": [{"learning_rate": 1e-4, "gamma": 0.9984, "selection_rougeLsum": 41.0,
+                       "steps": 50}],
+             "rows": {arm: row for arm in rc.ARMS},
+             "tests": {"ML+RL (mixed) vs ML continued, rougeLsum": ok,
+                       "RL alone vs ML continued, rougeL": weak}}
+    md = rc.render(state, {"start_minutes": 60, "score": 1500, "select": 500})
+    assert "gained 0.0 ROUGE-Lsum" in md and ": flat." in md
+    lines = md.splitlines()
+    assert next(x for x in lines if x.startswith("- ML+RL")).endswith("above at p < 0.05")
+    assert next(x for x in lines if x.startswith("- RL alone")).endswith("not shown above")
+    assert sum(x.startswith("| RL alone |") for x in lines) == 1
+    # --render rewrites the table from rl.json without data or training
+    (tmp_path / "rl.json").write_text(json.dumps({**state, "settings": {"score": 1500}}))
+    assert rc.main(["--work_dir", str(tmp_path), "--render"]) == 0
+    assert "above at p < 0.05" in (tmp_path / "rl_table.md").read_text()
+    with pytest.raises(SystemExit, match="rl_samples"):
+        rc.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path), "--rl_samples", "1"])
+    assert isinstance(rc.build_parser(), argparse.ArgumentParser)
