@@ -26,6 +26,10 @@ validation pairs; paired bootstrap (pgn_tf.significance) of each RL arm against 
 ROUGE-Lsum and on ROUGE-L (the reward); See et al.'s repetition and novelty beside them (Paulus
 et al. warn that RL alone reads worse). Selection and grid use the --select pairs after them.
 
+Every arm selects its checkpoint as the start did, and a new phase's first evaluation is of
+the weights it starts from: an arm that never beats the start on the selection pairs is scored
+as the start, and the table's "selected step" says so.
+
 Each phase's model dir is kept and a phase that finished is not run again, so a run stopped
 midway resumes where it stopped. Writes <work_dir>/rl_table.md, rl.json and a JSON line.
 """
@@ -50,6 +54,9 @@ GRID = {"learning_rate": (3e-5, 1e-4, 3e-4), "gamma": (0.9984, 0.99)}
 FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
 ARMS = ("ML continued", "ML+RL (mixed)", "RL alone")
 ARM_DIRS = dict(zip(ARMS, ("ml", "mixed", "rl")))
+# A policy-gradient step costs a few ML steps, so its phases evaluate (and can be selected)
+# every this many steps, as the quality table's RL arms; ML keeps the preset's cadence.
+RL_EVAL_EVERY = 100
 
 
 def flatness(curve: list[dict], key: str = "rougeLsum") -> dict:
@@ -77,9 +84,9 @@ def flatness(curve: list[dict], key: str = "rougeLsum") -> dict:
             "flat": gain < FLAT_GAIN}
 
 
-def grid_points() -> list[dict]:
+def grid_points(learning_rates=GRID["learning_rate"], gammas=GRID["gamma"]) -> list[dict]:
     return [{"learning_rate": lr, "gamma": g}
-            for lr, g in itertools.product(GRID["learning_rate"], GRID["gamma"])]
+            for lr, g in itertools.product(learning_rates, gammas)]
 
 
 def best_point(results: list[dict]) -> dict:
@@ -89,12 +96,14 @@ def best_point(results: list[dict]) -> dict:
     return max(results, key=lambda r: r["selection_rougeLsum"])
 
 
-def arm_overrides(arm: str, point: dict, rl_samples: int) -> list[str]:
+def arm_overrides(arm: str, point: dict, rl_samples: int,
+                  rl_eval_every: int = RL_EVAL_EVERY) -> list[str]:
     """The config overrides of one arm (ARMS) from the start; every arm selects its best
     checkpoint by ROUGE-Lsum on the selection pairs, as the start did."""
     if arm == "ML continued":
         return ["train.objective=ml"]
-    rl = [f"train.rl_learning_rate={point['learning_rate']}", f"train.rl_samples={rl_samples}"]
+    rl = [f"train.rl_learning_rate={point['learning_rate']}", f"train.rl_samples={rl_samples}",
+          f"train.eval_every={rl_eval_every}"]
     if arm == "ML+RL (mixed)":
         return ["train.objective=mixed", f"train.rl_gamma={point['gamma']}", *rl]
     if arm == "RL alone":
@@ -147,13 +156,16 @@ class Study:
         curve = self.table.curves(start)
         self.state["start"] = {"train": t0, "curve": curve, **flatness(curve)}
         self.save()
+        self.state["start"]["row"] = self.table.evaluate(
+            "paulus2017 converged start, ML start", STAGE, start, train=[t0])
+        self.save()
         print(f"[rl_converged] start: {self.state['start']}", flush=True)
         results = []
-        for point in grid_points():
+        for point in grid_points(a.grid_learning_rates, a.grid_gammas):
             d = w("grid", f"lr{point['learning_rate']:g}_g{point['gamma']:g}")
-            t = self.phase(d, a.grid_minutes, arm_overrides("ML+RL (mixed)", point,
-                                                            a.rl_samples), start=start)
-            best = _best_selection_rouge(d)
+            t = self.phase(d, a.grid_minutes, arm_overrides(
+                "ML+RL (mixed)", point, a.rl_samples, a.rl_eval_every), start=start)
+            best = _best_selection_rouge(d, t0["final_step"])
             results.append({**point, "selection_rougeLsum": best, "steps": t["final_step"]})
             self.state["grid"] = results
             self.save()
@@ -162,10 +174,10 @@ class Study:
         rows = {}
         for arm in ARMS:
             d = w("arms", ARM_DIRS[arm])
-            t = self.phase(d, a.arm_minutes, arm_overrides(arm, chosen, a.rl_samples),
-                           start=start)
+            t = self.phase(d, a.arm_minutes,
+                           arm_overrides(arm, chosen, a.rl_samples, a.rl_eval_every), start=start)
             rows[arm] = self.table.evaluate(f"paulus2017 converged start, {arm}", STAGE, d,
-                                            train=[t0, t])
+                                            train=[t0, t], selected_step=_selected_step(d))
         self.state["tests"] = compare_arms({k: r["decoded"] for k, r in rows.items()})
         self.state["rows"] = rows
         self.save()
@@ -174,12 +186,27 @@ class Study:
         return render(self.state, vars(self.a))
 
 
-def _best_selection_rouge(model_dir: str) -> float:
-    """The highest validation ROUGE-Lsum (selection pairs) a phase's evals logged."""
+def _best_selection_rouge(model_dir: str, after_step: int) -> float:
+    """The highest validation ROUGE-Lsum (selection pairs) a phase's evals logged after
+    `after_step` (the start's: its own evaluation of the start's weights is not the point's)."""
     ev = event_scalars(os.path.join(model_dir, "eval"), ("rougeLsum",))["rougeLsum"]
-    if not ev:
-        raise RuntimeError(f"{model_dir} logged no validation ROUGE-Lsum")
-    return round(max(v for _, _, v in ev), 2)
+    values = [v for _, step, v in ev if step > after_step]
+    if not values:
+        raise RuntimeError(f"{model_dir} logged no validation ROUGE-Lsum after step "
+                           f"{after_step}: give the grid more minutes or evaluate more often "
+                           "(train.eval_every)")
+    return round(max(values), 2)
+
+
+def _selected_step(model_dir: str) -> int | None:
+    """The step of the checkpoint a phase selected (its best.json): the start's own step when
+    no checkpoint of the arm beat the start on the selection pairs (a new phase's first
+    evaluation is of the weights it starts from)."""
+    path = os.path.join(model_dir, "best", "best.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("step")
 
 
 def compare_arms(decoded: dict[str, str]) -> dict:
@@ -209,6 +236,10 @@ def render(state: dict, settings: dict) -> str:
                   f"ROUGE-Lsum, slope {s.get('slope_per_10_min')} a 10 min: "
                   + {True: "flat", False: "not flat (not the paper's setting)",
                      None: s.get("reason", "unknown")}[s.get("flat")] + ".", ""]
+    if s and s.get("row"):
+        r = s["row"]
+        lines += [f"ML start, scored: ROUGE-1 {r['rouge1']}, ROUGE-2 {r['rouge2']}, ROUGE-Lsum "
+                  f"{r['rougeLsum']} ({r.get('train_steps')} steps).", ""]
     if state.get("grid"):
         lines += ["| learning rate | gamma | selection ROUGE-Lsum | steps |", "|---|---|---|---|"]
         lines += [f"| {g['learning_rate']:g} | {g['gamma']:g} | {g['selection_rougeLsum']} | "
@@ -216,14 +247,20 @@ def render(state: dict, settings: dict) -> str:
         lines.append("")
     rows = state.get("rows") or {}
     if rows:
+        start_step = ((s or {}).get("train") or {}).get("final_step")
         lines += ["| arm | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | dup 3-gram % | novel 2-gram % | "
-                  "outputs repeating a word % | steps |", "|---|---|---|---|---|---|---|---|"]
+                  "outputs repeating a word % | steps | selected step |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for arm in ARMS:
             r = rows.get(arm)
             if r:
+                sel = r.get("selected_step")
+                if sel is not None and start_step is not None and sel <= start_step:
+                    sel = f"{sel} (the start)"
                 lines.append(f"| {arm} | {r['rouge1']} | {r['rouge2']} | {r['rougeLsum']} | "
                              f"{r.get('dup_3gram_pct')} | {r.get('novel_2gram_pct')} | "
-                             f"{r.get('repeat_word_outputs_pct')} | {r.get('train_steps')} |")
+                             f"{r.get('repeat_word_outputs_pct')} | {r.get('train_steps')} | "
+                             f"{sel} |")
         lines.append("")
     for name, test in (state.get("tests") or {}).items():
         ok = test["delta"] > 0 and test["p_value"] < targets.P_VALUE
@@ -231,6 +268,17 @@ def render(state: dict, settings: dict) -> str:
         lines.append(f"- {name}: delta {test['delta']:+.2f} (95% CI {test['delta_ci95']}), "
                      f"p = {test['p_value']:.4f}: {verdict}")
     return "\n".join(lines) + "\n"
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas, got '{text}'") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,7 +289,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--start_minutes", type=float, default=60.0, help="the ML start's budget")
     p.add_argument("--grid_minutes", type=float, default=10.0, help="each grid point's budget")
     p.add_argument("--arm_minutes", type=float, default=60.0, help="each arm's budget")
+    p.add_argument("--grid_learning_rates", type=_floats, default=GRID["learning_rate"],
+                   metavar="LR,LR,...", help="the grid's learning rates (train.rl_learning_rate)")
+    p.add_argument("--grid_gammas", type=_floats, default=GRID["gamma"], metavar="G,G,...",
+                   help="the grid's ML weights (train.rl_gamma of eq. 16)")
     p.add_argument("--rl_samples", type=int, default=4)
+    p.add_argument("--rl_eval_every", type=int, default=RL_EVAL_EVERY,
+                   help="the RL phases' train.eval_every (ML keeps the preset's)")
     p.add_argument("--score", type=int, default=1500, help="validation pairs scored")
     p.add_argument("--select", type=int, default=500,
                    help="validation pairs after them that select checkpoints and the grid point")

@@ -51,6 +51,7 @@ def test_each_arms_overrides_are_the_presets_keys(arm):
     assert cfg.train.objective == want
     if arm != "ML continued":
         assert cfg.train.rl_learning_rate == 3e-5 and cfg.train.rl_samples == 4
+        assert cfg.train.eval_every == rc.RL_EVAL_EVERY
     if arm == "ML+RL (mixed)":
         assert cfg.train.rl_gamma == 0.99
     with pytest.raises(ValueError, match="unknown arm"):
@@ -68,10 +69,12 @@ def test_render_follows_the_tests(tmp_path):
     weak = {"delta": 0.8, "delta_ci95": [-0.2, 1.5], "p_value": 0.2}
     row = {"rouge1": 40.0, "rouge2": 20.0, "rougeLsum": 38.0, "dup_3gram_pct": 1.0,
            "novel_2gram_pct": 10.0, "repeat_word_outputs_pct": 5.0, "train_steps": 900}
-    state = {"start": {**rc.flatness(_curve([30, 40, 44, 45.2, 45.0, 45.1, 45.2])), "curve": []},
+    state = {"start": {**rc.flatness(_curve([30, 40, 44, 45.2, 45.0, 45.1, 45.2])), "curve": [],
+                       "train": {"final_step": 800}},
              "grid": [{"learning_rate": 1e-4, "gamma": 0.9984, "selection_rougeLsum": 41.0,
                        "steps": 50}],
-             "rows": {arm: row for arm in rc.ARMS},
+             "rows": {arm: dict(row, selected_step=step)
+                      for arm, step in zip(rc.ARMS, (900, 800, None))},
              "tests": {"ML+RL (mixed) vs ML continued, rougeLsum": ok,
                        "RL alone vs ML continued, rougeL": weak}}
     md = rc.render(state, {"start_minutes": 60, "score": 1500, "select": 500})
@@ -80,6 +83,8 @@ def test_render_follows_the_tests(tmp_path):
     assert next(x for x in lines if x.startswith("- ML+RL")).endswith("above at p < 0.05")
     assert next(x for x in lines if x.startswith("- RL alone")).endswith("not shown above")
     assert sum(x.startswith("| RL alone |") for x in lines) == 1
+    assert next(x for x in lines if x.startswith("| ML continued |")).endswith("| 900 |")
+    assert next(x for x in lines if x.startswith("| ML+RL")).endswith("| 800 (the start) |")
     # --render rewrites the table from rl.json without data or training
     (tmp_path / "rl.json").write_text(json.dumps({**state, "settings": {"score": 1500}}))
     assert rc.main(["--work_dir", str(tmp_path), "--render"]) == 0
