@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 
 import numpy as np
 
@@ -37,6 +38,21 @@ def cpu_flags() -> str:
     if flags is None:
         return "unknown"
     return " ".join(f for f, on in flags.items() if on) or "none of " + ",".join(VECTOR_FLAGS)
+
+
+def code_version() -> str:
+    """The repository's commit (with "+changes" when the work tree differs from it), so a long
+    run's record says which code produced it; "unknown" outside a git checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True,
+                              capture_output=True, text=True, timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=root, check=True, capture_output=True, text=True,
+                               timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
 
 
 def machine() -> dict:

@@ -44,7 +44,7 @@ import shutil
 import sys
 
 from benchmarks import targets
-from benchmarks.common import cpu_flags, emit
+from benchmarks.common import code_version, cpu_flags, emit
 from benchmarks.quality_table import Table, event_scalars
 
 PRESET = "debian_paulus"
@@ -228,7 +228,8 @@ def render(state: dict, settings: dict) -> str:
              f"point, arms {settings.get('arm_minutes')} min each, rl_samples "
              f"{settings.get('rl_samples')}; scored on the first {settings.get('score')} "
              f"validation pairs, selected on the {settings.get('select')} after them; CPU "
-             f"flags: {cpu_flags()}.", ""]
+             f"flags: {cpu_flags()}; code: {', '.join(state.get('code_versions') or ['?'])}.",
+             ""]
     s = state.get("start")
     if s:
         lines += [f"Start: {s.get('points')} validation points; the last third (from minute "
@@ -313,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rl_samples must be at least 2 (the leave-one-out baseline)")
     study = Study(a)
     if not a.render:
+        # every phase's code, in order: a run resumed later may run newer code for its rest
+        versions = study.state.get("code_versions", [])
+        study.state["code_versions"] = [*versions, code_version()]
         study.state["settings"] = {**vars(a), "cpu_flags": cpu_flags()}
         study.save()
         study.run()
@@ -321,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         f.write(md)
     print(md)
     emit("rl_converged", {"settings": study.state.get("settings"),
+                          "code_versions": study.state.get("code_versions"),
                           "start": {k: v for k, v in (study.state.get("start") or {}).items()
                                     if k != "curve"},
                           "grid": study.state.get("grid"), "chosen": study.state.get("chosen"),

@@ -3,11 +3,13 @@ overrides (valid config keys of the preset), and the table's verdicts follow the
 
 import argparse
 import json
+import re
 
 import pytest
 
 from benchmarks import rl_converged as rc
 from benchmarks import targets
+from benchmarks.common import code_version
 from pgn_tf import config as config_lib
 from pgn_tf import significance
 
@@ -92,3 +94,9 @@ def test_render_follows_the_tests(tmp_path):
     with pytest.raises(SystemExit, match="rl_samples"):
         rc.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path), "--rl_samples", "1"])
     assert isinstance(rc.build_parser(), argparse.ArgumentParser)
+
+
+def test_the_record_names_the_code():
+    assert re.fullmatch(r"[0-9a-f]{7,}(\+changes)?|unknown", code_version())
+    md = rc.render({"code_versions": ["abc1234", "def5678+changes"]}, {})
+    assert "code: abc1234, def5678+changes." in md
