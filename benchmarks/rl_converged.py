@@ -30,8 +30,11 @@ Every arm selects its checkpoint as the start did, and a new phase's first evalu
 the weights it starts from: an arm that never beats the start on the selection pairs is scored
 as the start, and the table's "selected step" says so.
 
-Each phase's model dir is kept and a phase that finished is not run again, so a run stopped
-midway resumes where it stopped. Writes <work_dir>/rl_table.md, rl.json and a JSON line.
+Each phase's model dir is kept and a phase that finished is not run again (nor its scoring
+redone), so a run stopped midway resumes where it stopped; --stop_after PHASE ends a run
+cleanly after one phase (start, grid, ml, mixed, rl), for machines lent for less time than
+the whole study. Writes <work_dir>/rl_table.md (partial until the arms are in), rl.json and a
+JSON line.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ GRID = {"learning_rate": (3e-5, 1e-4, 3e-4), "gamma": (0.9984, 0.99)}
 FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
 ARMS = ("ML continued", "ML+RL (mixed)", "RL alone")
 ARM_DIRS = dict(zip(ARMS, ("ml", "mixed", "rl")))
+# The phases in the order they run; --stop_after names one to end the run after it cleanly.
+PHASES = ("start", "grid", *ARM_DIRS.values())
 # A policy-gradient step costs a few ML steps, so its phases evaluate (and can be selected)
 # every this many steps, as the quality table's RL arms; ML keeps the preset's cadence.
 RL_EVAL_EVERY = 100
@@ -121,6 +126,7 @@ class Study:
             data_dir=a.data_dir, work_dir=a.work_dir, score=a.score, set=a.set))
         self.path = self.table.w("rl.json")
         self.state: dict = {}
+        self.reused: set[str] = set()  # phases finished by an earlier run
         if os.path.exists(self.path):
             with open(self.path) as f:
                 self.state = json.load(f)
@@ -139,6 +145,7 @@ class Study:
         if os.path.exists(done) and os.path.exists(os.path.join(d, "phase_done")):
             with open(done) as f:
                 print(f"[rl_converged] {d}: finished before, reused", flush=True)
+                self.reused.add(d)
                 return json.load(f)
         if start:
             shutil.rmtree(d, ignore_errors=True)
@@ -154,12 +161,15 @@ class Study:
         start = w("start")
         t0 = self.phase(start, a.start_minutes)
         curve = self.table.curves(start)
+        row = (self.state.get("start") or {}).get("row") if start in self.reused else None
         self.state["start"] = {"train": t0, "curve": curve, **flatness(curve)}
         self.save()
-        self.state["start"]["row"] = self.table.evaluate(
+        self.state["start"]["row"] = row or self.table.evaluate(
             "paulus2017 converged start, ML start", STAGE, start, train=[t0])
         self.save()
         print(f"[rl_converged] start: {self.state['start']}", flush=True)
+        if self.stop_after("start"):
+            return
         results = []
         for point in grid_points(a.grid_learning_rates, a.grid_gammas):
             d = w("grid", f"lr{point['learning_rate']:g}_g{point['gamma']:g}")
@@ -171,16 +181,30 @@ class Study:
             self.save()
         chosen = best_point(results)
         self.state["chosen"] = chosen
-        rows = {}
+        self.save()
+        if self.stop_after("grid"):
+            return
+        rows = self.state.setdefault("rows", {})
         for arm in ARMS:
             d = w("arms", ARM_DIRS[arm])
             t = self.phase(d, a.arm_minutes,
                            arm_overrides(arm, chosen, a.rl_samples, a.rl_eval_every), start=start)
-            rows[arm] = self.table.evaluate(f"paulus2017 converged start, {arm}", STAGE, d,
-                                            train=[t0, t], selected_step=_selected_step(d))
+            if not (d in self.reused and arm in rows):
+                rows[arm] = self.table.evaluate(
+                    f"paulus2017 converged start, {arm}", STAGE, d, train=[t0, t],
+                    selected_step=_selected_step(d))
+            self.save()
+            if self.stop_after(ARM_DIRS[arm]):
+                return
         self.state["tests"] = compare_arms({k: r["decoded"] for k, r in rows.items()})
-        self.state["rows"] = rows
         self.save()
+
+    def stop_after(self, phase: str) -> bool:
+        if self.a.stop_after != phase:
+            return False
+        print(f"[rl_converged] stopped after {phase} (--stop_after); the same command without "
+              "it resumes", flush=True)
+        return True
 
     def render(self) -> str:
         return render(self.state, vars(self.a))
@@ -302,6 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validation pairs after them that select checkpoints and the grid point")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override for every phase (recorded in rl.json)")
+    p.add_argument("--stop_after", choices=PHASES,
+                   help="end the run after this phase (resume later without it)")
     p.add_argument("--render", action="store_true", help="only rewrite rl_table.md")
     return p
 

@@ -3,6 +3,7 @@ overrides (valid config keys of the preset), and the table's verdicts follow the
 
 import argparse
 import json
+import os
 import re
 
 import pytest
@@ -100,3 +101,54 @@ def test_the_record_names_the_code():
     assert re.fullmatch(r"[0-9a-f]{7,}(\+changes)?|unknown", code_version())
     md = rc.render({"code_versions": ["abc1234", "def5678+changes"]}, {})
     assert "code: abc1234, def5678+changes." in md
+
+
+def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
+    """--stop_after ends a run after one phase; the next run reuses every finished phase and its
+    scoring, and only the whole study computes the arms' tests. The training and the scoring
+    are the quality table's (tested there); here they write what they would, and count."""
+    import tensorflow as tf
+
+    trained, scored = [], []
+
+    def train_phase(self, model_dir, preset, minutes, extra=()):
+        trained.append(os.path.basename(model_dir))
+        step = 1000 + 100 * len(trained)
+        os.makedirs(model_dir, exist_ok=True)
+        with tf.summary.create_file_writer(os.path.join(model_dir, "eval")).as_default():
+            for s, v in ((step - 100, 40.0), (step, 40.0 + len(trained))):
+                tf.summary.scalar("rougeLsum", v, step=s)
+                tf.summary.scalar("loss", 3.0, step=s)
+        result = {"final_step": step, "wall_seconds": 60.0 * minutes}
+        with open(os.path.join(model_dir, "train_result.json"), "w") as f:
+            json.dump(result, f)
+        return result
+
+    def evaluate(self, name, stage, model_dir, extra=(), train=None, **info):
+        scored.append(name)
+        path = tmp_path / (name.replace(" ", "_") + ".jsonl")
+        path.write_text("".join(json.dumps({"decoded": f"a b {i % 3}", "reference": "a b c"})
+                                + "\n" for i in range(20)))
+        return {"name": name, "rouge1": 1.0, "rouge2": 1.0, "rougeLsum": 1.0,
+                "decoded": str(path), **info}
+
+    monkeypatch.setattr(rc.Table, "train_phase", train_phase)
+    monkeypatch.setattr(rc.Table, "evaluate", evaluate)
+    work = tmp_path / "work"
+    args = ["--data_dir", str(tmp_path), "--work_dir", str(work), "--grid_learning_rates", "1e-4",
+            "--grid_gammas", "0.9984,0.99"]
+    assert rc.main([*args, "--stop_after", "start"]) == 0
+    assert trained == ["start"] and len(scored) == 1
+    state = json.loads((work / "rl.json").read_text())
+    assert "grid" not in state and state["start"]["row"]["name"] == scored[0]
+    assert rc.main([*args, "--stop_after", "ml"]) == 0
+    assert trained == ["start", "lr0.0001_g0.9984", "lr0.0001_g0.99", "ml"]
+    assert scored == [scored[0], "paulus2017 converged start, ML continued"]
+    state = json.loads((work / "rl.json").read_text())
+    assert state["chosen"]["gamma"] == 0.99 and "tests" not in state  # the later point scored more
+    assert rc.main(args) == 0
+    assert trained[4:] == ["mixed", "rl"] and len(scored) == 4
+    state = json.loads((work / "rl.json").read_text())
+    assert set(state["rows"]) == set(rc.ARMS) and len(state["tests"]) == 4
+    assert len(state["code_versions"]) == 3
+    assert "| RL alone |" in (work / "rl_table.md").read_text()
