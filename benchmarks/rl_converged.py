@@ -43,12 +43,12 @@ import argparse
 import itertools
 import json
 import os
-import shutil
 import sys
 
 from benchmarks import targets
-from benchmarks.common import code_version, cpu_flags, emit
-from benchmarks.quality_table import Table, event_scalars
+from benchmarks.common import cpu_flags, emit
+from benchmarks.quality_table import Table, event_scalars, set_flags
+from benchmarks.studies import StudyState
 
 PRESET = "debian_paulus"
 STAGE = "rl_converged"
@@ -118,43 +118,26 @@ def arm_overrides(arm: str, point: dict, rl_samples: int,
 
 class Study:
     """The start, the grid and the arms, run through the quality table's runner (the same
-    training command, the same scoring)."""
+    training command, the same scoring), resumable (benchmarks.studies)."""
 
     def __init__(self, a):
         self.a = a
         self.table = Table(argparse.Namespace(
             data_dir=a.data_dir, work_dir=a.work_dir, score=a.score, set=a.set))
-        self.path = self.table.w("rl.json")
-        self.state: dict = {}
-        self.reused: set[str] = set()  # phases finished by an earlier run
-        if os.path.exists(self.path):
-            with open(self.path) as f:
-                self.state = json.load(f)
-
-    def save(self) -> None:
-        with open(self.path, "w") as f:
-            json.dump(self.state, f, indent=2)
+        self.run_state = StudyState(self.table, "rl.json", a.stop_after, "rl_converged")
+        self.state = self.run_state.state
+        self.reused = self.run_state.reused
+        self.save = self.run_state.save
+        self.stop_after = self.run_state.stop_after
 
     def selection(self) -> list[str]:
         return ["--set", "train.select_by=rouge", "--set", "train.select_rouge=rougeLsum",
                 "--set", f"train.eval_rouge_examples={self.a.select}"]
 
     def phase(self, d: str, minutes: float, overrides=(), start: str | None = None) -> dict:
-        """One training phase in d (copied from `start` first), or its result if it finished."""
-        done = os.path.join(d, "train_result.json")
-        if os.path.exists(done) and os.path.exists(os.path.join(d, "phase_done")):
-            with open(done) as f:
-                print(f"[rl_converged] {d}: finished before, reused", flush=True)
-                self.reused.add(d)
-                return json.load(f)
-        if start:
-            shutil.rmtree(d, ignore_errors=True)
-            shutil.copytree(start, d, ignore=shutil.ignore_patterns("eval_*", "phase_done"))
-        extra = [*self.selection(), *sum((["--set", o] for o in overrides), [])]
-        result = self.table.train_phase(d, PRESET, minutes, extra)
-        with open(os.path.join(d, "phase_done"), "w") as f:
-            f.write("done\n")
-        return result
+        """One training phase of PRESET in d, selected on the selection pairs."""
+        return self.run_state.phase(d, PRESET, minutes,
+                                    [*self.selection(), *set_flags(overrides)], start)
 
     def run(self) -> None:
         a, w = self.a, self.table.w
@@ -198,13 +181,6 @@ class Study:
                 return
         self.state["tests"] = compare_arms({k: r["decoded"] for k, r in rows.items()})
         self.save()
-
-    def stop_after(self, phase: str) -> bool:
-        if self.a.stop_after != phase:
-            return False
-        print(f"[rl_converged] stopped after {phase} (--stop_after); the same command without "
-              "it resumes", flush=True)
-        return True
 
     def render(self) -> str:
         return render(self.state, vars(self.a))
@@ -252,7 +228,7 @@ def render(state: dict, settings: dict) -> str:
              f"point, arms {settings.get('arm_minutes')} min each, rl_samples "
              f"{settings.get('rl_samples')}; scored on the first {settings.get('score')} "
              f"validation pairs, selected on the {settings.get('select')} after them; CPU "
-             f"flags: {cpu_flags()}; code: {', '.join(state.get('code_versions') or ['?'])}.",
+             f"flags: {settings.get('cpu_flags') or cpu_flags()}; code: {', '.join(state.get('code_versions') or ['?'])}.",
              ""]
     s = state.get("start")
     if s:
@@ -340,11 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--rl_samples must be at least 2 (the leave-one-out baseline)")
     study = Study(a)
     if not a.render:
-        # every phase's code, in order: a run resumed later may run newer code for its rest
-        versions = study.state.get("code_versions", [])
-        study.state["code_versions"] = [*versions, code_version()]
-        study.state["settings"] = {**vars(a), "cpu_flags": cpu_flags()}
-        study.save()
+        study.run_state.begin({**vars(a), "cpu_flags": cpu_flags()})
         study.run()
     md = render(study.state, study.state.get("settings", vars(a)))
     with open(study.table.w("rl_table.md"), "w") as f:

@@ -223,7 +223,9 @@ class DecodeConfig:
     # An output [UNK] becomes the source word with the highest attention at its step
     # (OpenNMT's replace_unk); the raw output stays available (raw_summaries, raw_tokens).
     # None of the three papers does this, so their presets leave it off; the corpus presets
-    # (debian_*, digest_*, reference_onmt, tiny) turn it on, as this project's default.
+    # (debian_*, digest_*, reference_onmt, tiny) turn it on, as this project's default. On a
+    # model that attends to no source word (ABS's bow and conv encoders) it avoids [UNK]
+    # instead (Config.avoids_unk).
     replace_unk: bool = False
     # Wu et al. (2016) GNMT coverage penalty beta: + beta * sum_i log(min(sum_t a_t,i, 1)) on a
     # finished hypothesis' score (0 = off).
@@ -252,6 +254,15 @@ class Config:
         points at source words)."""
         d = self.decode
         return d.replace_unk and not d.avoid_unk and self.model.attends_to_source()
+
+    def avoids_unk(self) -> bool:
+        """Whether the search never emits [UNK]: decode.avoid_unk, or decode.replace_unk on a
+        model whose attention points at no source word (ABS's bag-of-words and convolutional
+        encoders). replace_unk asks for outputs a reader can use; with no attended word to put
+        in an [UNK]'s place, the search takes the best word that is not [UNK] instead of
+        handing the reader one."""
+        d = self.decode
+        return d.avoid_unk or (d.replace_unk and not self.model.attends_to_source())
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

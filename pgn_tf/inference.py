@@ -381,7 +381,7 @@ class Summarizer(_InProcessCalls, tf.Module):
             step_fn = features_lib.rescoring_step_fn(step_fn, vocab_lib.STOP_ID,
                                                      feature_weights, dc.extractive)
             state = features_lib.initial_state(state, tile_beams(src, k), vocab_lib.PAD_ID)
-        unk = vocab_lib.UNK_ID if dc.avoid_unk else None
+        unk = vocab_lib.UNK_ID if self.cfg.avoids_unk() else None
         replace_unk = self.cfg.replaces_unk()
         exempt = None
         if dc.block_repeated_words:

@@ -302,6 +302,16 @@ def test_the_corpus_presets_keep_this_projects_unk_replacement(name):
     assert cfg.replaces_unk() and cfg.train.reward_replace_unk
 
 
+@pytest.mark.parametrize("encoder,replaces,avoids", [("attention", True, False),
+                                                     ("conv", False, True), ("bow", False, True)])
+def test_replace_unk_avoids_unk_where_no_source_word_is_attended(encoder, replaces, avoids):
+    cfg = config.resolve("debian_abs", [f"model.abs_encoder={encoder}"])
+    assert (cfg.replaces_unk(), cfg.avoids_unk()) == (replaces, avoids)
+    paper = config.resolve("rush2015_abs", [f"model.abs_encoder={encoder}"])
+    assert not paper.replaces_unk() and not paper.avoids_unk()  # the paper keeps its [UNK]s
+    assert config.resolve("debian_pgn", ["decode.avoid_unk=true"]).avoids_unk()
+
+
 def test_the_digest_presets_run_at_see_et_als_lengths_within_their_budgets():
     names = ("digest_baseline", "digest_pgn", "digest_coverage", "digest_paulus")
     for name in names:

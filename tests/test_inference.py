@@ -248,6 +248,31 @@ def test_abs_fixed_length_recombines_on_its_window(vocab, validation):
         np.testing.assert_allclose(float(out["scores"][i]), score, rtol=1e-4)
 
 
+@pytest.mark.parametrize("encoder", ["bow", "conv"])
+def test_replace_unk_without_attention_avoids_unk(vocab, validation, encoder):
+    """ABS's bag-of-words and convolutional encoders attend to no source word, so an [UNK] has
+    nothing to be replaced by: with decode.replace_unk the search takes the best other word
+    (Config.avoids_unk), and a user gets no [UNK]; without it, the model's [UNK] stays."""
+    cfg = config_lib.resolve("debian_abs", [f"model.abs_encoder={encoder}"])
+    cfg.model.hidden_dim, cfg.model.emb_dim, cfg.decode.beam_size = 16, 8, 3
+    assert cfg.decode.replace_unk and cfg.avoids_unk() and not cfg.replaces_unk()
+    s = Summarizer(build_model(cfg.model, vocab.size), vocab, cfg)
+    s.summarize(tf.constant(["x"]))  # builds the weights
+    bias = s.model.decoder.v.bias
+    bias.assign(tf.tensor_scatter_nd_add(bias, [[vocab_lib.UNK_ID]], [20.0]))
+    arts = tf.constant([e.article for e in validation[:4]])
+    out = s.summarize(arts)
+    n = out["length"].numpy()
+    assert n.min() >= cfg.decode.min_dec_steps
+    for row, k in zip(out["raw_tokens"].numpy(), n):
+        assert b"[UNK]" not in row[:k].tolist()
+    assert not any(b"[UNK]" in x for x in out["summaries"].numpy())
+    s.cfg.decode.replace_unk = False  # the papers' setting: the model's own [UNK]s
+    assert not s.cfg.avoids_unk()
+    raw = s.summarize(arts)["raw_tokens"].numpy()
+    assert all(b"[UNK]" in row.tolist() for row in raw)
+
+
 def test_summarize_cli_with_explain(trained_model_dir, summarizer, validation, tmp_path, capsys):
     html = tmp_path / "a.html"
     args = summarize.build_parser().parse_args(
