@@ -39,7 +39,7 @@ from benchmarks import targets
 from benchmarks.common import cpu_flags, emit
 from benchmarks.quality_table import Table, set_flags
 from benchmarks.runner import sh
-from benchmarks.studies import StudyState
+from benchmarks.studies import StudyState, run_and_write
 from pgn_tf import config as config_lib
 
 ENCODERS = ("bow", "conv", "attention")
@@ -229,13 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if not a.render and not a.data_dir:
         raise SystemExit("--data_dir is required unless --render")
     study = Study(a)
-    if not a.render:
-        study.run_state.begin({**vars(a), "cpu_flags": cpu_flags()})
-        study.run()
-    md = study.render()
-    with open(study.table.w("abs_table.md"), "w") as f:
-        f.write(md)
-    print(md)
+    run_and_write(a, study, "abs_table.md", study.render)
     emit("abs_study", {"settings": study.state.get("settings"),
                        "code_versions": study.state.get("code_versions"),
                        "models": {k: {"abs_plus": [v["abs_plus"][x] for x in

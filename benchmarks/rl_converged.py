@@ -48,7 +48,7 @@ import sys
 from benchmarks import targets
 from benchmarks.common import cpu_flags, emit
 from benchmarks.quality_table import Table, event_scalars, set_flags
-from benchmarks.studies import StudyState
+from benchmarks.studies import StudyState, run_and_write
 
 PRESET = "debian_paulus"
 STAGE = "rl_converged"
@@ -183,7 +183,7 @@ class Study:
         self.save()
 
     def render(self) -> str:
-        return render(self.state, vars(self.a))
+        return render(self.state, self.state.get("settings", vars(self.a)))
 
 
 def _best_selection_rouge(model_dir: str, after_step: int) -> float:
@@ -228,7 +228,8 @@ def render(state: dict, settings: dict) -> str:
              f"point, arms {settings.get('arm_minutes')} min each, rl_samples "
              f"{settings.get('rl_samples')}; scored on the first {settings.get('score')} "
              f"validation pairs, selected on the {settings.get('select')} after them; CPU "
-             f"flags: {settings.get('cpu_flags') or cpu_flags()}; code: {', '.join(state.get('code_versions') or ['?'])}.",
+             f"flags: {settings.get('cpu_flags') or cpu_flags()}; code: "
+             f"{', '.join(state.get('code_versions') or ['?'])}.",
              ""]
     s = state.get("start")
     if s:
@@ -315,13 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.rl_samples < 2:
         raise SystemExit("--rl_samples must be at least 2 (the leave-one-out baseline)")
     study = Study(a)
-    if not a.render:
-        study.run_state.begin({**vars(a), "cpu_flags": cpu_flags()})
-        study.run()
-    md = render(study.state, study.state.get("settings", vars(a)))
-    with open(study.table.w("rl_table.md"), "w") as f:
-        f.write(md)
-    print(md)
+    run_and_write(a, study, "rl_table.md", study.render)
     emit("rl_converged", {"settings": study.state.get("settings"),
                           "code_versions": study.state.get("code_versions"),
                           "start": {k: v for k, v in (study.state.get("start") or {}).items()

@@ -17,7 +17,7 @@ import json
 import os
 import shutil
 
-from benchmarks.common import code_version
+from benchmarks.common import code_version, cpu_flags
 
 DONE = "phase_done"
 
@@ -73,3 +73,16 @@ class StudyState:
         print(f"[{self.label}] stopped after {phase} (--stop_after); the same command without "
               "it resumes", flush=True)
         return True
+
+
+def run_and_write(a, study, name: str, render) -> str:
+    """A study command's body: runs `study` (unless --render) with its flags, CPU flags and code
+    recorded first, then writes render() to <work_dir>/name, prints it and returns it."""
+    if not a.render:
+        study.run_state.begin({**vars(a), "cpu_flags": cpu_flags()})
+        study.run()
+    md = render()
+    with open(study.table.w(name), "w") as f:
+        f.write(md)
+    print(md)
+    return md
