@@ -2,13 +2,14 @@
 one unattended run on the Debian package descriptions.
 
     python -m benchmarks.rl_converged --data_dir DIR --work_dir runs/rl_converged \
-        [--start_minutes 60] [--grid_minutes 10] [--arm_minutes 60] [--rl_samples 4]
+        [--corpus descriptions|digests] [--start_minutes 60] [--grid_minutes 10] \
+        [--arm_minutes 60] [--rl_samples 4]
     python -m benchmarks.rl_converged --work_dir runs/rl_converged --render
 
 Earlier RL arms here started from a model ML was still improving and ran 20 minutes, so ML
 continued won by construction (docs/status.md). This study removes both confounds:
 
-  start   Paulus et al.'s model (debian_paulus) trained with ML for --start_minutes, its best
+  start   Paulus et al.'s model (the corpus's preset, CORPORA) trained with ML for --start_minutes, its best
           checkpoint chosen by ROUGE-Lsum on the selection pairs. Its validation curve is shown
           with how much the last third of the run still gained (`flatness`): RL is meant to
           start where ML no longer improves.
@@ -19,10 +20,14 @@ continued won by construction (docs/status.md). This study removes both confound
           learning rate and gamma.
   arms    three arms from the start, --arm_minutes each (the same wall-clock budget): ML
           continued; mixed ML + RL (the chosen learning rate and gamma); RL alone (eq. 15,
-          gamma = 1, the chosen learning rate), as Table 1's three rows.
+          gamma = 1, the chosen learning rate), as Table 1's three rows. ML continued resumes
+          the start's last checkpoint and optimizer; the grid and the RL arms change the
+          objective, a new phase, so they begin from the start's best checkpoint's weights with
+          a fresh optimizer (pgn_tf.training), the step counter continuing.
 
-Scored as the quality table scores (benchmarks/quality_table.py): beam 4 on the first --score
-validation pairs; paired bootstrap (pgn_tf.significance) of each RL arm against ML continued on
+Scored as the corpus's table scores (benchmarks/quality_table.py on the headlines,
+benchmarks/digest_table.py on the digests, which adds blocks matched and sentences repeated):
+beam 4 on the first --score validation pairs; paired bootstrap (pgn_tf.significance) of each RL arm against ML continued on
 ROUGE-Lsum and on ROUGE-L (the reward); See et al.'s repetition and novelty beside them (Paulus
 et al. warn that RL alone reads worse). Selection and grid use the --select pairs after them.
 
@@ -47,11 +52,21 @@ import sys
 
 from benchmarks import targets
 from benchmarks.common import cpu_flags, emit
+from benchmarks.digest_table import DigestTable
 from benchmarks.quality_table import Table, event_scalars, set_flags
 from benchmarks.studies import StudyState, run_and_write
 
-PRESET = "debian_paulus"
 STAGE = "rl_converged"
+# Each corpus's preset, scoring table and defaults: the digests score 600 of their 1,000
+# validation digests (as benchmarks.digest_table) and select on the other 400, and start from
+# a longer ML run, since their model is still gaining at the hour.
+CORPORA = {
+    "descriptions": {"preset": "debian_paulus", "table": Table, "score": 1500, "select": 500,
+                     "start_minutes": 60.0},
+    "digests": {"preset": "digest_paulus", "table": DigestTable, "score": 600, "select": 400,
+                "start_minutes": 80.0},
+}
+PRESET = CORPORA["descriptions"]["preset"]
 # The grid the mixed objective's learning rate and ML weight are chosen on (selection pairs).
 GRID = {"learning_rate": (3e-5, 1e-4, 3e-4), "gamma": (0.9984, 0.99)}
 FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
@@ -122,7 +137,8 @@ class Study:
 
     def __init__(self, a):
         self.a = a
-        self.table = Table(argparse.Namespace(
+        self.preset = CORPORA[a.corpus]["preset"]
+        self.table = CORPORA[a.corpus]["table"](argparse.Namespace(
             data_dir=a.data_dir, work_dir=a.work_dir, score=a.score, set=a.set))
         self.run_state = StudyState(self.table, "rl.json", a.stop_after, "rl_converged")
         self.state = self.run_state.state
@@ -135,8 +151,8 @@ class Study:
                 "--set", f"train.eval_rouge_examples={self.a.select}"]
 
     def phase(self, d: str, minutes: float, overrides=(), start: str | None = None) -> dict:
-        """One training phase of PRESET in d, selected on the selection pairs."""
-        return self.run_state.phase(d, PRESET, minutes,
+        """One training phase of the corpus's preset in d, selected on the selection pairs."""
+        return self.run_state.phase(d, self.preset, minutes,
                                     [*self.selection(), *set_flags(overrides)], start)
 
     def run(self) -> None:
@@ -223,7 +239,8 @@ def compare_arms(decoded: dict[str, str]) -> dict:
 
 def render(state: dict, settings: dict) -> str:
     """rl_table.md: the start's flatness, the grid, the arms with their tests and targets."""
-    lines = [f"Paulus et al.'s RL from a converged start ({PRESET}); start "
+    preset = CORPORA[settings.get("corpus") or "descriptions"]["preset"]
+    lines = [f"Paulus et al.'s RL from a converged start ({preset}); start "
              f"{settings.get('start_minutes')} min ML, grid {settings.get('grid_minutes')} min a "
              f"point, arms {settings.get('arm_minutes')} min each, rl_samples "
              f"{settings.get('rl_samples')}; scored on the first {settings.get('score')} "
@@ -250,9 +267,12 @@ def render(state: dict, settings: dict) -> str:
     rows = state.get("rows") or {}
     if rows:
         start_step = ((s or {}).get("train") or {}).get("final_step")
+        # the digests' rows also measure blocks matched and sentences repeated (digest_table)
+        digests = any("block_match_pct" in r for r in rows.values())
+        extra_cols = " blocks matched % | sentences repeated % |" if digests else ""
         lines += ["| arm | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | dup 3-gram % | novel 2-gram % | "
-                  "outputs repeating a word % | steps | selected step |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  "outputs repeating a word % |" + extra_cols + " steps | selected step |",
+                  "|---|---|---|---|---|---|---|" + "---|---|" * digests + "---|---|"]
         for arm in ARMS:
             r = rows.get(arm)
             if r:
@@ -261,8 +281,10 @@ def render(state: dict, settings: dict) -> str:
                     sel = f"{sel} (the start)"
                 lines.append(f"| {arm} | {r['rouge1']} | {r['rouge2']} | {r['rougeLsum']} | "
                              f"{r.get('dup_3gram_pct')} | {r.get('novel_2gram_pct')} | "
-                             f"{r.get('repeat_word_outputs_pct')} | {r.get('train_steps')} | "
-                             f"{sel} |")
+                             f"{r.get('repeat_word_outputs_pct')} | "
+                             + (f"{r.get('block_match_pct')} | {r.get('repeated_sentence_pct')} | "
+                                if digests else "")
+                             + f"{r.get('train_steps')} | {sel} |")
         lines.append("")
     for name, test in (state.get("tests") or {}).items():
         ok = test["delta"] > 0 and test["p_value"] < targets.P_VALUE
@@ -288,7 +310,10 @@ def build_parser() -> argparse.ArgumentParser:
                                 description=__doc__.splitlines()[0])
     p.add_argument("--data_dir", help="holds train.jsonl.gz and validation.jsonl.gz")
     p.add_argument("--work_dir", default="runs/rl_converged")
-    p.add_argument("--start_minutes", type=float, default=60.0, help="the ML start's budget")
+    p.add_argument("--corpus", choices=sorted(CORPORA), default="descriptions",
+                   help="the headlines (debian_paulus) or the digests (digest_paulus)")
+    p.add_argument("--start_minutes", type=float,
+                   help="the ML start's budget (default: the corpus's, 60 or 80 minutes)")
     p.add_argument("--grid_minutes", type=float, default=10.0, help="each grid point's budget")
     p.add_argument("--arm_minutes", type=float, default=60.0, help="each arm's budget")
     p.add_argument("--grid_learning_rates", type=_floats, default=GRID["learning_rate"],
@@ -298,9 +323,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rl_samples", type=int, default=4)
     p.add_argument("--rl_eval_every", type=int, default=RL_EVAL_EVERY,
                    help="the RL phases' train.eval_every (ML keeps the preset's)")
-    p.add_argument("--score", type=int, default=1500, help="validation pairs scored")
-    p.add_argument("--select", type=int, default=500,
-                   help="validation pairs after them that select checkpoints and the grid point")
+    p.add_argument("--score", type=int,
+                   help="validation pairs scored (default: the corpus's, 1500 or 600)")
+    p.add_argument("--select", type=int,
+                   help="validation pairs after them that select checkpoints and the grid point "
+                        "(default: the corpus's, 500 or 400)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override for every phase (recorded in rl.json)")
     p.add_argument("--stop_after", choices=PHASES,
@@ -311,11 +338,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    for key in ("start_minutes", "score", "select"):
+        if getattr(a, key) is None:
+            setattr(a, key, CORPORA[a.corpus][key])
     if not a.render and not a.data_dir:
         raise SystemExit("--data_dir is required unless --render")
     if a.rl_samples < 2:
         raise SystemExit("--rl_samples must be at least 2 (the leave-one-out baseline)")
     study = Study(a)
+    before = (study.state.get("settings") or {}).get("corpus", "descriptions")
+    if not a.render and study.state.get("settings") and before != a.corpus:
+        raise SystemExit(f"{a.work_dir} holds a study of the {before}; use another --work_dir "
+                         f"for the {a.corpus}")
     run_and_write(a, study, "rl_table.md", study.render)
     emit("rl_converged", {"settings": study.state.get("settings"),
                           "code_versions": study.state.get("code_versions"),

@@ -43,11 +43,12 @@ def test_grid_and_choice():
         rc.best_point([])
 
 
+@pytest.mark.parametrize("corpus", sorted(rc.CORPORA))
 @pytest.mark.parametrize("arm", rc.ARMS)
-def test_each_arms_overrides_are_the_presets_keys(arm):
+def test_each_arms_overrides_are_the_presets_keys(arm, corpus):
     point = {"learning_rate": 3e-5, "gamma": 0.99}
     overrides = rc.arm_overrides(arm, point, 4)
-    cfg = config_lib.resolve(rc.PRESET)
+    cfg = config_lib.resolve(rc.CORPORA[corpus]["preset"])
     config_lib.apply_overrides(cfg, overrides)
     cfg.validate()
     want = {"ML continued": "ml", "ML+RL (mixed)": "mixed", "RL alone": "rl"}[arm]
@@ -152,3 +153,46 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     assert set(state["rows"]) == set(rc.ARMS) and len(state["tests"]) == 4
     assert len(state["code_versions"]) == 3
     assert "| RL alone |" in (work / "rl_table.md").read_text()
+
+
+def test_the_digests_study_has_its_preset_table_and_columns(tmp_path, monkeypatch):
+    """--corpus digests trains digest_paulus, scores with the digests' table (600 scored, 400
+    selecting, an 80-minute start by default), adds blocks matched and sentences repeated to the
+    arms' table, and refuses a work dir that holds the other corpus's study."""
+    from benchmarks.digest_table import DigestTable
+
+    seen = {}
+
+    def run(self):
+        seen.update(preset=self.preset, table=type(self.table), score=self.a.score,
+                    select=self.a.select, start=self.a.start_minutes)
+
+    monkeypatch.setattr(rc.Study, "run", run)
+    work = tmp_path / "digests"
+    assert rc.main(["--data_dir", str(tmp_path), "--work_dir", str(work),
+                    "--corpus", "digests"]) == 0
+    assert seen == {"preset": "digest_paulus", "table": DigestTable, "score": 600,
+                    "select": 400, "start": 80.0}
+    assert json.loads((work / "rl.json").read_text())["settings"]["corpus"] == "digests"
+    assert "(digest_paulus)" in (work / "rl_table.md").read_text()
+    with pytest.raises(SystemExit, match="holds a study of the digests"):
+        rc.main(["--data_dir", str(tmp_path), "--work_dir", str(work)])
+    # a study written before --corpus existed is the headlines'
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "rl.json").write_text(json.dumps({"settings": {"score": 1500}}))
+    with pytest.raises(SystemExit, match="holds a study of the descriptions"):
+        rc.main(["--data_dir", str(tmp_path), "--work_dir", str(old), "--corpus", "digests"])
+
+    row = {"rouge1": 40.0, "rouge2": 20.0, "rougeLsum": 38.0, "train_steps": 900,
+           "block_match_pct": 41.5, "repeated_sentence_pct": 1.25}
+    md = rc.render({"rows": {"RL alone": row}}, {"corpus": "digests"})
+    header = next(x for x in md.splitlines() if x.startswith("| arm |"))
+    assert "blocks matched %" in header and "sentences repeated %" in header
+    line = next(x for x in md.splitlines() if x.startswith("| RL alone |"))
+    assert "| 41.5 | 1.25 |" in line
+    assert line.count("|") == header.count("|")
+    headlines = rc.render({"rows": {"RL alone": {k: v for k, v in row.items()
+                                                 if "block" not in k and "sentence" not in k}}},
+                          {})
+    assert "blocks matched" not in headlines and "(debian_paulus)" in headlines
