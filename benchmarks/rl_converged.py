@@ -1,5 +1,5 @@
 """Paulus et al.'s self-critical RL from a converged start: the study their Table 1 implies, in
-one unattended run on the Debian package descriptions.
+one unattended run on the Debian package descriptions (the headlines) or on the digests.
 
     python -m benchmarks.rl_converged --data_dir DIR --work_dir runs/rl_converged \
         [--corpus descriptions|digests] [--start_minutes 60] [--grid_minutes 10] \
@@ -9,10 +9,10 @@ one unattended run on the Debian package descriptions.
 Earlier RL arms here started from a model ML was still improving and ran 20 minutes, so ML
 continued won by construction (docs/status.md). This study removes both confounds:
 
-  start   Paulus et al.'s model (the corpus's preset, CORPORA) trained with ML for --start_minutes, its best
-          checkpoint chosen by ROUGE-Lsum on the selection pairs. Its validation curve is shown
-          with how much the last third of the run still gained (`flatness`): RL is meant to
-          start where ML no longer improves.
+  start   Paulus et al.'s model (the corpus's preset, CORPORA) trained with ML for
+          --start_minutes, its best checkpoint chosen by ROUGE-Lsum on the selection pairs. Its
+          validation curve is shown with how much the last third of the run still gained
+          (`flatness`): RL is meant to start where ML no longer improves.
   grid    the mixed objective (eq. 16, --rl_samples samples an article against their
           leave-one-out mean) from that start for --grid_minutes at every learning rate x ML
           weight gamma of GRID; each point scored by its best validation ROUGE-Lsum on the
@@ -27,9 +27,10 @@ continued won by construction (docs/status.md). This study removes both confound
 
 Scored as the corpus's table scores (benchmarks/quality_table.py on the headlines,
 benchmarks/digest_table.py on the digests, which adds blocks matched and sentences repeated):
-beam 4 on the first --score validation pairs; paired bootstrap (pgn_tf.significance) of each RL arm against ML continued on
-ROUGE-Lsum and on ROUGE-L (the reward); See et al.'s repetition and novelty beside them (Paulus
-et al. warn that RL alone reads worse). Selection and grid use the --select pairs after them.
+beam 4 on the first --score validation pairs; paired bootstrap (pgn_tf.significance) of each
+RL arm against ML continued on ROUGE-Lsum and on ROUGE-L (the reward); See et al.'s repetition
+and novelty beside them (Paulus et al. warn that RL alone reads worse). Selection and grid use
+the --select pairs after them.
 
 Every arm selects its checkpoint as the start did, and a new phase's first evaluation is of
 the weights it starts from: an arm that never beats the start on the selection pairs is scored
@@ -66,7 +67,6 @@ CORPORA = {
     "digests": {"preset": "digest_paulus", "table": DigestTable, "score": 600, "select": 400,
                 "start_minutes": 80.0},
 }
-PRESET = CORPORA["descriptions"]["preset"]
 # The grid the mixed objective's learning rate and ML weight are chosen on (selection pairs).
 GRID = {"learning_rate": (3e-5, 1e-4, 3e-4), "gamma": (0.9984, 0.99)}
 FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
