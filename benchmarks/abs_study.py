@@ -37,7 +37,7 @@ import sys
 
 from benchmarks import targets
 from benchmarks.common import cpu_flags, emit
-from benchmarks.quality_table import Table, set_flags
+from benchmarks.quality_table import Table, ci_cell, set_flags
 from benchmarks.runner import sh
 from benchmarks.studies import StudyState, run_and_write
 from pgn_tf import config as config_lib
@@ -156,24 +156,22 @@ def compare_to_lead(lead_decoded: str, decoded: str) -> dict:
     return {metric: significance.compare(lead_decoded, decoded, metric) for metric in METRICS}
 
 
-def _ci(r: dict, k: str) -> str:
-    lo, hi = r.get(f"{k}_ci95") or (None, None)
-    return f"{r[k]:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None else f"{r[k]:.2f}"
-
-
 def render(state: dict) -> str:
     """abs_table.md: lead-8, each model's ABS and ABS+ rows, and ABS+ against lead-8."""
     settings = state.get("settings") or {}
-    lines = [f"Rush et al.'s ABS+ against lead-8 on the Debian descriptions: {settings.get('minutes')}"
-             f" min of training a model; scored on the first {settings.get('score')} validation "
-             f"pairs, ABS+ tuned on the {settings.get('select')} after them; CPU flags: "
-             f"{settings.get('cpu_flags') or cpu_flags()}; code: {', '.join(state.get('code_versions') or ['?'])}.", "",
+    code = ", ".join(state.get("code_versions") or ["?"])
+    lines = [f"Rush et al.'s ABS+ against lead-8 on the Debian descriptions: "
+             f"{settings.get('minutes')} min of training a model; scored on the first "
+             f"{settings.get('score')} validation pairs, ABS+ tuned on the "
+             f"{settings.get('select')} after them; CPU flags: "
+             f"{settings.get('cpu_flags') or cpu_flags()}; code: {code}.", "",
              "| system | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | [UNK] outputs % | raw [UNK] outputs % "
              "| repeat-word outputs % | novel 2-gram % | steps | train min |",
              "|---|---|---|---|---|---|---|---|---|---|"]
 
     def row(name: str, r: dict) -> str:
-        return (f"| {name} | {_ci(r, 'rouge1')} | {_ci(r, 'rouge2')} | {_ci(r, 'rougeLsum')} | "
+        return (f"| {name} | {ci_cell(r, 'rouge1')} | {ci_cell(r, 'rouge2')} | "
+                f"{ci_cell(r, 'rougeLsum')} | "
                 f"{r.get('unk_outputs_pct', '')} | {r.get('raw_unk_outputs_pct', '')} | "
                 f"{r.get('repeat_word_outputs_pct', '')} | {r.get('novel_2gram_pct', '')} | "
                 f"{r.get('train_steps', '')} | {r.get('train_minutes', '')} |")
@@ -200,8 +198,9 @@ def render(state: dict) -> str:
                                  v["above_lead"]),
                                 (f"[UNK] in {unk}% of outputs (>= "
                                  f"{targets.ABS_PLUS_MAX_UNK_PCT:g}%)", v["unk_ok"])) if not ok))
-            lines.append(f"- {model} ABS+ vs {m.get('lead', LEAD)}, {metric}: delta {test['delta']:+.2f} (95% CI "
-                         f"{test['delta_ci95']}), p = {test['p_value']:.4f}; target {what}")
+            lines.append(f"- {model} ABS+ vs {m.get('lead', LEAD)}, {metric}: delta "
+                         f"{test['delta']:+.2f} (95% CI {test['delta_ci95']}), "
+                         f"p = {test['p_value']:.4f}; target {what}")
     return "\n".join(lines) + "\n"
 
 

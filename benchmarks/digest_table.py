@@ -241,10 +241,7 @@ class DigestTable(quality_table.Table):
                 "blocks revisited %", "sentences", "tokens"]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         budgets = self.budgets()
-
-        def ci(r, k):
-            lo, hi = r[f"{k}_ci95"]
-            return f"{r[k]:.2f} [{lo:.2f}, {hi:.2f}]"
+        ci = quality_table.ci_cell
 
         def get(r, key):
             return r.get(key, "")

@@ -109,6 +109,12 @@ def event_scalars(log_dir: str, tags: tuple) -> dict:
     return out
 
 
+def ci_cell(r: dict, k: str) -> str:
+    """A table cell: the figure k of row r with its 95% interval, when the row has one."""
+    lo, hi = r.get(f"{k}_ci95") or (None, None)
+    return f"{r[k]:.2f} [{lo:.2f}, {hi:.2f}]" if lo is not None else f"{r[k]:.2f}"
+
+
 class Table:
     def __init__(self, a):
         self.a = a
@@ -329,11 +335,7 @@ class Table:
                 "repeat-word outputs %", "[UNK] outputs %", "raw [UNK] outputs %",
                 "novel 2-gram %", "mean p_gen", "perplexity", "train min", "steps"]
         lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-
-        def ci(r, k):
-            lo, hi = r[f"{k}_ci95"]
-            return f"{r[k]:.2f} [{lo:.2f}, {hi:.2f}]"
-
+        ci = ci_cell
         order = {s: i for i, s in enumerate(STAGES)}
         for r in sorted(self.rows, key=lambda r: order.get(r.get("stage"), 99)):
             cells = [r["name"], ci(r, "rouge1"), ci(r, "rouge2"), ci(r, "rougeLsum"),

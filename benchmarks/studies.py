@@ -47,7 +47,8 @@ class StudyState:
         self.state["settings"] = settings
         self.save()
 
-    def phase(self, d: str, preset: str, minutes: float, flags=(), start: str | None = None) -> dict:
+    def phase(self, d: str, preset: str, minutes: float, flags=(),
+              start: str | None = None) -> dict:
         """One training phase in d (a copy of the model dir `start` first, when given), or its
         result if it finished before. A d left by a phase that did not finish is removed first."""
         done = os.path.join(d, "train_result.json")
