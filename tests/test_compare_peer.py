@@ -193,10 +193,11 @@ def test_this_processes_peak_can_be_reset_to_now():
     for i in range(0, len(b), 4096):
         b[i] = 1
     before = procfs.status_kib("self", "VmHWM")
-    del b  # a large buffer goes back to the kernel: RSS falls, the peak stays
-    # (within the kernel's per-thread RSS counter caching: a few hundred KiB)
+    del b  # a large buffer goes back to the kernel: RSS falls, the peak stays (within the
+    # kernel's per-thread RSS counter caching, a few hundred KiB either way: a counter flushed
+    # late, or another thread of this process allocating, can still raise it a little)
     after = procfs.status_kib("self", "VmHWM")
-    assert before - 2048 <= after <= before
+    assert abs(after - before) <= 2048
     assert procfs.status_kib("self", "VmRSS") < after - 150 * 1024
     if procfs.reset_peak():
         assert procfs.status_kib("self", "VmHWM") < before - 150 * 1024
