@@ -297,6 +297,10 @@ class Config:
             raise ValueError(_bad("model.enc_hidden_dim", f"0 with model.model_type="
                                   f"'{m.model_type}' (only pointer_generator sets it)",
                                   m.enc_hidden_dim))
+        if m.dropout and m.model_type != "pointer_generator":
+            # Paulus et al.'s and Rush et al.'s models have no dropout layer: refused, not ignored
+            raise ValueError(_bad("model.dropout", f"0 with model.model_type='{m.model_type}' "
+                                  "(only pointer_generator applies it)", m.dropout))
         t = self.train
         if t.jit_compile and (t.objective != "ml" or m.model_type != "pointer_generator"):
             raise ValueError(_bad("train.jit_compile", "false unless train.objective='ml' and "

@@ -207,6 +207,9 @@ def test_the_coverage_phase_continues_at_a_fifth_of_the_rate():
 @pytest.mark.parametrize("overrides, message", [
     (["model.model_type=abs", "model.enc_hidden_dim=64"], "'model.enc_hidden_dim': expected 0 "
      "with model.model_type='abs'"),
+    (["model.model_type=abs", "model.dropout=0.3"], "'model.dropout': expected 0 "
+     "with model.model_type='abs'"),
+    (["model.model_type=deep_reinforced", "model.dropout=0.1"], "'model.dropout'"),
     (["train.jit_compile=true", "train.objective=mixed"], "'train.jit_compile': expected false "
      "unless train.objective='ml'"),
     (["train.jit_compile=true", "model.model_type=deep_reinforced"], "'train.jit_compile'"),
@@ -214,8 +217,9 @@ def test_the_coverage_phase_continues_at_a_fifth_of_the_rate():
 def test_speed_fields_are_checked_against_the_model_and_objective(overrides, message):
     with pytest.raises(ValueError, match=message):
         config.resolve("tiny", overrides)
-    cfg = config.resolve("tiny", ["train.jit_compile=true", "model.enc_hidden_dim=8"])
-    assert cfg.train.jit_compile and cfg.model.enc_hidden_dim == 8
+    cfg = config.resolve("tiny", ["train.jit_compile=true", "model.enc_hidden_dim=8",
+                                  "model.dropout=0.3"])
+    assert cfg.train.jit_compile and cfg.model.enc_hidden_dim == 8 and cfg.model.dropout == 0.3
 
 
 def test_files_and_model_dirs_are_validated(tmp_path):
