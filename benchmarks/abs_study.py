@@ -39,7 +39,7 @@ from benchmarks import targets
 from benchmarks.common import cpu_flags, emit
 from benchmarks.quality_table import Table, ci_cell, set_flags
 from benchmarks.runner import sh
-from benchmarks.studies import StudyState, run_and_write
+from benchmarks.studies import StudyState, run_and_write, selected_step
 from pgn_tf import config as config_lib
 
 ENCODERS = ("bow", "conv", "attention")
@@ -108,7 +108,9 @@ class Study:
             if not (m and "tests" in m):  # scored before: reused
                 m = self.score(model, d, t, lead)
                 models[model] = m
-                st.save()
+            # the checkpoint scored: where the preset's selection stopped improving
+            m["selected_step"] = selected_step(d)
+            st.save()
             if st.stop_after(model):
                 return
 
@@ -166,15 +168,16 @@ def render(state: dict) -> str:
              f"{settings.get('select')} after them; CPU flags: "
              f"{settings.get('cpu_flags') or cpu_flags()}; code: {code}.", "",
              "| system | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | [UNK] outputs % | raw [UNK] outputs % "
-             "| repeat-word outputs % | novel 2-gram % | steps | train min |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| repeat-word outputs % | novel 2-gram % | steps | selected step | train min |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
 
-    def row(name: str, r: dict) -> str:
+    def row(name: str, r: dict, selected: int | None = None) -> str:
         return (f"| {name} | {ci_cell(r, 'rouge1')} | {ci_cell(r, 'rouge2')} | "
                 f"{ci_cell(r, 'rougeLsum')} | "
                 f"{r.get('unk_outputs_pct', '')} | {r.get('raw_unk_outputs_pct', '')} | "
                 f"{r.get('repeat_word_outputs_pct', '')} | {r.get('novel_2gram_pct', '')} | "
-                f"{r.get('train_steps', '')} | {r.get('train_minutes', '')} |")
+                f"{r.get('train_steps', '')} | {'' if selected is None else selected} | "
+                f"{r.get('train_minutes', '')} |")
 
     for name, r in sorted((state.get("rows") or {}).items()):  # the lead rows
         lines.append(row(name, r))
@@ -182,9 +185,9 @@ def render(state: dict) -> str:
     for model in MODELS:
         m = models.get(model)
         if m:
-            lines.append(row(f"{model} ABS", m["abs"]))
+            lines.append(row(f"{model} ABS", m["abs"], m.get("selected_step")))
             lines.append(row(f"{model} ABS+ ({m['abs_plus'].get('abs_plus_weights')})",
-                             m["abs_plus"]))
+                             m["abs_plus"], m.get("selected_step")))
     lines.append("")
     for model in MODELS:
         m = models.get(model)

@@ -55,7 +55,7 @@ from benchmarks import targets
 from benchmarks.common import cpu_flags, emit
 from benchmarks.digest_table import DigestTable
 from benchmarks.quality_table import Table, event_scalars, set_flags
-from benchmarks.studies import StudyState, run_and_write
+from benchmarks.studies import StudyState, run_and_write, selected_step
 
 STAGE = "rl_converged"
 # Each corpus's preset, scoring table and defaults: the digests score 600 of their 1,000
@@ -191,7 +191,7 @@ class Study:
             if not (d in self.reused and arm in rows):
                 rows[arm] = self.table.evaluate(
                     f"paulus2017 converged start, {arm}", STAGE, d, train=[t0, t],
-                    selected_step=_selected_step(d))
+                    selected_step=selected_step(d))
             self.save()
             if self.stop_after(ARM_DIRS[arm]):
                 return
@@ -212,17 +212,6 @@ def _best_selection_rouge(model_dir: str, after_step: int) -> float:
                            f"{after_step}: give the grid more minutes or evaluate more often "
                            "(train.eval_every)")
     return round(max(values), 2)
-
-
-def _selected_step(model_dir: str) -> int | None:
-    """The step of the checkpoint a phase selected (its best.json): the start's own step when
-    no checkpoint of the arm beat the start on the selection pairs (a new phase's first
-    evaluation is of the weights it starts from)."""
-    path = os.path.join(model_dir, "best", "best.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f).get("step")
 
 
 def compare_arms(decoded: dict[str, str]) -> dict:

@@ -87,3 +87,14 @@ def run_and_write(a, study, name: str, render) -> str:
         f.write(md)
     print(md)
     return md
+
+
+def selected_step(model_dir: str) -> int | None:
+    """The step of the checkpoint a training phase selected (its best.json), None before one.
+    A new phase's first evaluation is of the weights it starts from, so a phase that never beat
+    them names its start's step."""
+    path = os.path.join(model_dir, "best", "best.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f).get("step")

@@ -63,6 +63,9 @@ def test_a_stopped_run_resumes_without_redoing_a_model(tmp_path, monkeypatch):
         result = {"final_step": 100, "wall_seconds": 60.0 * minutes}
         with open(os.path.join(model_dir, "train_result.json"), "w") as f:
             json.dump(result, f)
+        os.makedirs(os.path.join(model_dir, "best"), exist_ok=True)
+        with open(os.path.join(model_dir, "best", "best.json"), "w") as f:
+            json.dump({"step": 80, "metric": "loss"}, f)  # selection stopped before the end
         return result
 
     def evaluate(self, name, stage, model_dir, extra=(), train=None, **info):
@@ -103,6 +106,8 @@ def test_a_stopped_run_resumes_without_redoing_a_model(tmp_path, monkeypatch):
     assert test["delta"] > 0 and test["p_value"] < targets.P_VALUE
     md = (work / "abs_table.md").read_text()
     assert "| debian_abs:conv ABS+ (1,1,0,0.5,-0.5) |" in md
+    assert [m["selected_step"] for m in state["models"].values()] == [80, 80]
+    assert md.count(" | 80 | ") == 4  # each model's ABS and ABS+ rows name the checkpoint
     assert "- rush2015_abs:attention ABS+ vs lead-8 words (digits as #), rougeLsum" in md
     assert md.count("target met") == 4
     assert ab.main(["--work_dir", str(work), "--render"]) == 0
