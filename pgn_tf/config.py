@@ -25,6 +25,7 @@ import yaml
 
 from pgn_tf import presets
 from pgn_tf.presets import PRESETS
+from pgn_tf.utils.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -444,6 +445,16 @@ def apply_overrides(cfg: Config, overrides: list[str] | None) -> Config:
         key, value = item.split("=", 1)
         _set(cfg, key.strip(), value.strip())
     return cfg.validate()
+
+
+def apply_decode_overrides(cfg: Config, overrides: list[str] | None, where: str) -> Config:
+    """apply_overrides for a built model: only decode.* keys, since the model's architecture,
+    vocabulary and tokenizer were fixed when it was trained; any other key is refused (a
+    UserError naming `where`), not taken and silently ignored."""
+    for item in overrides or []:
+        if not item.strip().startswith("decode."):
+            raise UserError(f"{where} --set only changes decode.* keys, got '{item}'")
+    return apply_overrides(cfg, overrides)
 
 
 def resolve(name_or_path: str | None, overrides: list[str] | None = None) -> Config:

@@ -131,7 +131,8 @@ def evaluate(data: str, model_dir: str | None = None, *, saved_model: str | None
     Args:
       data: any pgn_tf data path; limit: its first N examples.
       model_dir: the model (its `checkpoint`: best, latest or a path); overrides:
-        "section.key=value" on its config (decode.*, data.*).
+        "section.key=value" on its config: decode.* for a model (what it was trained with
+        stays), decode.* and data.* for a baseline or a decoded file.
       saved_model: an export's version dir instead of model_dir: the summaries it serves
         (its summarize_verbose signature; no perplexity: an export holds no training graph).
       baseline: "lead" (lead_sentences, or lead_words) or "lead_blocks"; decoded: a file of
@@ -169,7 +170,7 @@ def evaluate(data: str, model_dir: str | None = None, *, saved_model: str | None
                             "--decoded is given")
         summarizer = Summarizer.from_model_dir(model_dir, checkpoint)
         cfg = summarizer.cfg
-        config_lib.apply_overrides(cfg, list(overrides))
+        config_lib.apply_decode_overrides(cfg, list(overrides), "evaluate (of a model)")
     examples = read_split(data, data_format, limit)
     art_tokens = tokenize_texts([e.article for e in examples], cfg.data)
     references = [reference_text(e.summary, cfg.data) for e in examples]

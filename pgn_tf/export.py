@@ -198,10 +198,7 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
     that serving_default bakes in (beam size, min/max steps, trigram blocking, ...);
     `options_max_*` cap summarize_options' scalar inputs (option_limits)."""
     summarizer = Summarizer.from_model_dir(model_dir, which)
-    for item in overrides or []:
-        if not item.strip().startswith("decode."):
-            raise UserError(f"export --set only changes decode.* keys, got '{item}'")
-    config_lib.apply_overrides(summarizer.cfg, overrides)
+    config_lib.apply_decode_overrides(summarizer.cfg, overrides, "export")
     limits = option_limits(summarizer.cfg, options_max_beam_size, options_max_decode_steps)
     version = int(version if version is not None else time.time())
     if version <= 0:

@@ -62,7 +62,7 @@ def summarize(args) -> str:
     text = (sys.stdin.buffer.read().decode("utf-8", "replace") if args.text in (None, "-")
             else args.text)
     summarizer = Summarizer.from_model_dir(args.model_dir, args.checkpoint)
-    config_lib.apply_overrides(summarizer.cfg, args.set)
+    config_lib.apply_decode_overrides(summarizer.cfg, args.set, "summarize")
     verbose = bool(args.explain)
     out = summarizer.summarize(tf.constant([text]), beam_size=args.beam_size, verbose=verbose)
     summary = out["summaries"].numpy()[0].decode("utf-8")
@@ -195,7 +195,7 @@ def load_summarizer(args):
                             "decoding settings are fixed: python -m pgn_tf.export --set ...)")
         return Summarizer.from_saved_model(args.saved_model)
     summarizer = Summarizer.from_model_dir(args.model_dir, args.checkpoint)
-    config_lib.apply_overrides(summarizer.cfg, args.set)
+    config_lib.apply_decode_overrides(summarizer.cfg, args.set, "summarize")
     if args.beam_size:
         summarizer.cfg.decode.beam_size = args.beam_size
     return summarizer

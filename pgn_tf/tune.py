@@ -2,7 +2,7 @@
 ascent on validation ROUGE.
 
     python -m pgn_tf.tune --model_dir DIR --data validation.jsonl.gz [--skip 500] [--limit 300] \
-        [--grid -1 -0.5 0 0.5 1 2] [--rounds 2] [--metric rougeLsum]
+        [--grid -1 -0.5 0 0.5 1 2] [--rounds 2] [--metric rougeLsum] [--set decode.KEY=VALUE]
 
 Rush et al. tune alpha with MERT (Z-MERT); this tunes the same five weights with plain
 coordinate ascent: alpha_0 (log p) stays 1, and each of the four indicator weights in turn takes
@@ -25,6 +25,7 @@ import os
 
 import tensorflow as tf
 
+from pgn_tf import config as config_lib
 from pgn_tf import scoring
 from pgn_tf.data import dataset
 from pgn_tf.decoding.features import NUM_FEATURES
@@ -78,6 +79,8 @@ def coordinate_ascent(score, grid: list[float], rounds: int) -> tuple[list[float
 
 def run(args) -> dict:
     summarizer = Summarizer.from_model_dir(args.model_dir)
+    # tuned under the decoding it will be used with (trigram blocking, fixed length, ...)
+    config_lib.apply_decode_overrides(summarizer.cfg, args.set, "tune")
     examples = dataset.read_split(args.data, None, args.skip + args.limit)[args.skip:]
     if not examples:
         raise UserError(f"--data {args.data} has no examples after --skip {args.skip}")
@@ -110,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--metric", default="rougeLsum", choices=("rouge1", "rouge2", "rougeLsum"))
     p.add_argument("--batch_size", type=int, default=64)
+    p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE",
+                   help="decoding settings to tune under (as evaluate's --set)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     add_verbose_flag(p)
     return p

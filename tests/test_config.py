@@ -250,6 +250,20 @@ def test_overrides_on_a_loaded_config_are_validated_together():
         config.apply_overrides(cfg, ["decode.max_dec_steps=20"])
 
 
+def test_a_built_models_config_takes_decode_keys_only():
+    """summarize, evaluate, tune and export build the model before --set applies: a model.*,
+    data.* or train.* key would change the config and not the model, so it is refused whole."""
+    from pgn_tf.utils.errors import UserError
+
+    cfg = config.preset("tiny")
+    config.apply_decode_overrides(cfg, ["decode.beam_size=2"], "summarize")
+    assert cfg.decode.beam_size == 2
+    for item in ("model.hidden_dim=8", "data.lowercase=false", " train.batch_size=2"):
+        with pytest.raises(UserError, match=r"summarize --set only changes decode\.\* keys"):
+            config.apply_decode_overrides(cfg, ["decode.beam_size=3", item], "summarize")
+    assert cfg.decode.beam_size == 2  # nothing of a refused list was applied
+
+
 def test_a_new_field_is_checked_from_its_declaration_alone():
     import dataclasses
     from typing import Annotated, Literal

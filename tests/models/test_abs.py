@@ -147,6 +147,17 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
                               bootstrap=0, batch_size=64, output_dir=str(tmp_path / "plus"),
                               overrides=[f"decode.abs_plus_weights={tuned['weights']}"]).metrics
     assert again["rougeLsum"] == tuned["abs_plus"]
+    # Tuned under the decoding it will be used with: tune's --set reaches its decodes (2-word
+    # outputs score as evaluate scores them, not as the 14-word ones above); non-decode keys
+    # are refused, since the model is built
+    short = ["decode.max_dec_steps=2", "decode.min_dec_steps=0"]
+    flags = ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
+             "--grid", "0", "--rounds", "1"]
+    two = tune.run(tune.build_parser().parse_args([*flags, "--set", short[0], "--set", short[1]]))
+    want = evaluation.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+                               bootstrap=0, batch_size=64, overrides=short).metrics
+    assert two["decodes"] == 1 and two["abs"] == want["rougeLsum"] != metrics["rougeLsum"]
+    assert tune.main([*flags, "--set", "model.hidden_dim=8", "--quiet"]) == 2
 
     path = export.export(model_dir, str(tmp_path / "export"), "abs", version=1,
                          overrides=[f"decode.abs_plus_weights={tuned['weights']}"])
