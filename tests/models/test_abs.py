@@ -148,12 +148,12 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
                               overrides=[f"decode.abs_plus_weights={tuned['weights']}"]).metrics
     assert again["rougeLsum"] == tuned["abs_plus"]
     # Tuned under the decoding it will be used with: tune's --set reaches its decodes (2-word
-    # outputs score as evaluate scores them, not as the 14-word ones above); non-decode keys
-    # are refused, since the model is built
-    short = ["decode.max_dec_steps=2", "decode.min_dec_steps=0"]
+    # outputs score as evaluate scores them, not as the preset's 8-word ones above); non-decode
+    # keys are refused, since the model is built
+    short = ["decode.fixed_length=2"]
     flags = ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
              "--grid", "0", "--rounds", "1"]
-    two = tune.run(tune.build_parser().parse_args([*flags, "--set", short[0], "--set", short[1]]))
+    two = tune.run(tune.build_parser().parse_args([*flags, "--set", short[0]]))
     want = evaluation.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
                                bootstrap=0, batch_size=64, overrides=short).metrics
     assert two["decodes"] == 1 and two["abs"] == want["rougeLsum"] != metrics["rougeLsum"]
