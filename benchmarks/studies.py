@@ -92,7 +92,8 @@ def run_and_write(a, study, name: str, render) -> str:
 def selected_step(model_dir: str) -> int | None:
     """The step of the checkpoint a training phase selected (its best.json), None before one.
     A new phase's first evaluation is of the weights it starts from, so a phase that never beat
-    them names its start's step."""
+    them names its start's step. Read as a file here (pgn_tf.model_dir.ModelDir.read_best
+    also checks the checkpoint, and imports TensorFlow to do it)."""
     path = os.path.join(model_dir, "best", "best.json")
     if not os.path.exists(path):
         return None
