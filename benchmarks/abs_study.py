@@ -23,14 +23,17 @@ ones users get):
           paper's measure) and ROUGE-Lsum. The target (benchmarks/targets.py): above at
           p < P_VALUE with fewer than ABS_PLUS_MAX_UNK_PCT % of its outputs holding [UNK].
 
-A model whose phase finished is not trained, tuned or scored again, so a run stopped midway
-resumes where it stopped; --stop_after MODEL ends a run cleanly after that model. Writes
+Tuning and scoring decode as the preset decodes now (decode_overrides), not as it did when
+the model was trained. A model whose phase finished is not trained again, nor tuned and scored
+again unless its preset's decoding changed since, so a run stopped midway resumes where it
+stopped; --stop_after MODEL ends a run cleanly after that model. Writes
 <work_dir>/abs_table.md, abs.json and a JSON line.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -80,6 +83,15 @@ def train_overrides(model: str) -> list[str]:
     return [f"model.abs_encoder={encoder}", *extra]
 
 
+def decode_overrides(preset: str) -> list[str]:
+    """The preset's decoding as it is now (ABS+'s weights aside, which tuning finds), as
+    decode.KEY=VALUE overrides: a model dir holds the decoding of when it was trained, and a
+    preset's decoding may change after (as debian_abs took the repetition blocks) without
+    touching its training, so the study tunes and scores under the preset's current decoding."""
+    decode = dataclasses.asdict(config_lib.resolve(preset).decode)
+    return [f"decode.{k}={v}" for k, v in decode.items() if k != "abs_plus_weights"]
+
+
 def verdict(test: dict, unk_pct: float | None) -> dict:
     """Whether ABS+ meets the target on one metric: above lead-8 at p < P_VALUE, and fewer
     than ABS_PLUS_MAX_UNK_PCT % of its outputs holding [UNK]."""
@@ -105,8 +117,13 @@ class Study:
             d = self.table.w(model.replace(":", "_"))
             t = st.phase(d, preset, a.minutes, set_flags(train_overrides(model)))
             m = models.get(model) if d in st.reused else None
-            if not (m and "tests" in m):  # scored before: reused
-                m = self.score(model, d, t, lead)
+            decode = decode_overrides(preset)
+            # scored before under the preset's current decoding: reused
+            if not (m and "tests" in m and m.get("decode") == decode):
+                if m and "tests" in m:
+                    print(f"[abs_study] {model}: {preset}'s decoding changed since it was "
+                          "scored: tuned and scored again", flush=True)
+                m = self.score(model, d, t, lead, decode)
                 models[model] = m
             # the checkpoint scored: where the preset's selection stopped improving
             m["selected_step"] = selected_step(d)
@@ -129,20 +146,22 @@ class Study:
             self.run_state.save()
         return rows[name]
 
-    def score(self, model: str, d: str, t: dict, lead: dict) -> dict:
-        """ABS and ABS+ (tuned on the selection pairs) scored, ABS+ against lead-8. The model
-        dir's own config holds its encoder and preset."""
+    def score(self, model: str, d: str, t: dict, lead: dict, decode: list[str]) -> dict:
+        """ABS and ABS+ (tuned on the selection pairs) scored, ABS+ against lead-8, all under
+        `decode` (decode_overrides). The model dir's own config holds its encoder."""
         preset, encoder = model.split(":")
-        m = {"preset": preset, "encoder": encoder, "train": t}
-        m["abs"] = self.table.evaluate(f"{model} ABS", "abs_study", d, train=[t])
+        m = {"preset": preset, "encoder": encoder, "train": t, "decode": decode}
+        m["abs"] = self.table.evaluate(f"{model} ABS", "abs_study", d, set_flags(decode),
+                                       train=[t])
         sh(["-m", "pgn_tf.tune", "--model_dir", d, "--data", self.table.valid,
-            "--skip", str(self.a.score), "--limit", str(self.a.select), "--quiet"],
-           self.table.log)
+            "--skip", str(self.a.score), "--limit", str(self.a.select), "--quiet",
+            *set_flags(decode)], self.table.log)
         with open(os.path.join(d, "abs_plus.json")) as f:
             m["tuning"] = json.load(f)
         weights = m["tuning"]["weights"]
         m["abs_plus"] = self.table.evaluate(
-            f"{model} ABS+", "abs_study", d, ["--set", f"decode.abs_plus_weights={weights}"],
+            f"{model} ABS+", "abs_study", d,
+            set_flags([*decode, f"decode.abs_plus_weights={weights}"]),
             train=[t], abs_plus_weights=weights)
         m["lead"] = lead["name"]
         m["tests"] = compare_to_lead(lead["decoded"], m["abs_plus"]["decoded"])

@@ -1,6 +1,7 @@
 """The ABS+ study's pieces: its models and overrides (valid config keys), the lead row matched
 to each preset's text normalisation, the target's verdict, and a stopped run resuming without
-redoing a model."""
+redoing a model, and a model tuned and scored again (not trained) when its preset's decoding
+changed."""
 
 import json
 import os
@@ -70,6 +71,8 @@ def test_a_stopped_run_resumes_without_redoing_a_model(tmp_path, monkeypatch):
 
     def evaluate(self, name, stage, model_dir, extra=(), train=None, **info):
         scored.append(name)
+        if model_dir:  # ABS and ABS+ decode as the preset decodes now
+            assert all(x in extra for x in ab.set_flags(ab.decode_overrides(name.split(":")[0])))
         path = tmp_path / (name.replace(" ", "_").replace(":", "_") + ".jsonl")
         good = "lead" not in name and "ABS+" in name
         path.write_text("".join(json.dumps({
@@ -82,6 +85,8 @@ def test_a_stopped_run_resumes_without_redoing_a_model(tmp_path, monkeypatch):
         assert args[:2] == ["-m", "pgn_tf.tune"]
         d = args[args.index("--model_dir") + 1]
         tuned.append(os.path.basename(d))
+        flags = ab.set_flags(ab.decode_overrides(os.path.basename(d).rsplit("_", 1)[0]))
+        assert args[-len(flags):] == flags  # tuned under the decoding it is scored with
         with open(os.path.join(d, "abs_plus.json"), "w") as f:
             json.dump({"weights": "1,1,0,0.5,-0.5"}, f)
 
@@ -112,3 +117,17 @@ def test_a_stopped_run_resumes_without_redoing_a_model(tmp_path, monkeypatch):
     assert md.count("target met") == 4
     assert ab.main(["--work_dir", str(work), "--render"]) == 0
     assert (work / "abs_table.md").read_text() == md
+
+    # the corpus preset's decoding changes after its model was scored: tuned and scored again
+    # under the new decoding, not trained again; the other model's scores are reused
+    changed = [*ab.decode_overrides("debian_abs")[:-1], "decode.sentence_lines=True"]
+    real = ab.decode_overrides
+    monkeypatch.setattr(ab, "decode_overrides",
+                        lambda p: changed if p == "debian_abs" else real(p))
+    scored.clear()
+    assert ab.main(args) == 0
+    assert len(trained) == 2 and tuned[2:] == ["debian_abs_conv"]
+    assert scored == ["debian_abs:conv ABS", "debian_abs:conv ABS+"]
+    state = json.loads((work / "abs.json").read_text())
+    assert state["models"]["debian_abs:conv"]["decode"] == changed
+    assert state["models"]["rush2015_abs:attention"]["decode"] == real("rush2015_abs")

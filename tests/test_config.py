@@ -309,6 +309,10 @@ def test_rush2015_abs_holds_the_papers_vocabulary_and_search():
     abs_ = config.resolve("debian_abs")  # the measured runs' settings stay the corpus preset's
     assert (abs_.data.min_count, abs_.decode.fixed_length) == (1, 0)
     assert abs_.decode.replace_unk
+    # decoding to [STOP], the corpus preset blocks the loops ABS+'s match features reward;
+    # the paper's fixed length has none to block
+    assert abs_.decode.block_trigrams and abs_.decode.block_repeated_words
+    assert not (cfg.decode.block_trigrams or cfg.decode.block_repeated_words)
 
 
 @pytest.mark.parametrize("name", ["debian_baseline", "debian_pgn", "debian_coverage",
