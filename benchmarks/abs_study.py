@@ -83,12 +83,13 @@ def train_overrides(model: str) -> list[str]:
     return [f"model.abs_encoder={encoder}", *extra]
 
 
-def decode_overrides(preset: str) -> list[str]:
-    """The preset's decoding as it is now (ABS+'s weights aside, which tuning finds), as
-    decode.KEY=VALUE overrides: a model dir holds the decoding of when it was trained, and a
-    preset's decoding may change after (as debian_abs took the repetition blocks) without
-    touching its training, so the study tunes and scores under the preset's current decoding."""
-    decode = dataclasses.asdict(config_lib.resolve(preset).decode)
+def decode_overrides(preset: str, overrides=()) -> list[str]:
+    """The preset's decoding as it is now, with the study's --set `overrides` (ABS+'s weights
+    aside, which tuning finds), as decode.KEY=VALUE overrides: a model dir holds the decoding
+    of when it was trained, and a preset's decoding may change after (as debian_abs took the
+    repetition blocks) without touching its training, so the study tunes and scores under the
+    preset's current decoding."""
+    decode = dataclasses.asdict(config_lib.resolve(preset, list(overrides)).decode)
     return [f"decode.{k}={v}" for k, v in decode.items() if k != "abs_plus_weights"]
 
 
@@ -117,7 +118,7 @@ class Study:
             d = self.table.w(model.replace(":", "_"))
             t = st.phase(d, preset, a.minutes, set_flags(train_overrides(model)))
             m = models.get(model) if d in st.reused else None
-            decode = decode_overrides(preset)
+            decode = decode_overrides(preset, a.set)
             # scored before under the preset's current decoding: reused
             if not (m and "tests" in m and m.get("decode") == decode):
                 if m and "tests" in m:

@@ -118,12 +118,15 @@ def test_a_stopped_run_resumes_without_redoing_a_model(tmp_path, monkeypatch):
     assert ab.main(["--work_dir", str(work), "--render"]) == 0
     assert (work / "abs_table.md").read_text() == md
 
+    # the study's own --set reaches the decoding it scores under
+    assert "decode.beam_size=7" in ab.decode_overrides("debian_abs", ["decode.beam_size=7"])
+
     # the corpus preset's decoding changes after its model was scored: tuned and scored again
     # under the new decoding, not trained again; the other model's scores are reused
     changed = [*ab.decode_overrides("debian_abs")[:-1], "decode.sentence_lines=True"]
     real = ab.decode_overrides
     monkeypatch.setattr(ab, "decode_overrides",
-                        lambda p: changed if p == "debian_abs" else real(p))
+                        lambda p, o=(): changed if p == "debian_abs" else real(p, o))
     scored.clear()
     assert ab.main(args) == 0
     assert len(trained) == 2 and tuned[2:] == ["debian_abs_conv"]
