@@ -118,10 +118,11 @@ class Study:
             d = self.table.w(model.replace(":", "_"))
             t = st.phase(d, preset, a.minutes, set_flags(train_overrides(model)))
             m = models.get(model) if d in st.reused else None
+            scored = m is not None and "tests" in m
             decode = decode_overrides(preset, a.set)
             # scored before under the preset's current decoding: reused
-            if not (m and "tests" in m and m.get("decode") == decode):
-                if m and "tests" in m:
+            if not (scored and m.get("decode") == decode):
+                if scored:
                     print(f"[abs_study] {model}: {preset}'s decoding changed since it was "
                           "scored: tuned and scored again", flush=True)
                 m = self.score(model, d, t, lead, decode)
@@ -152,17 +153,17 @@ class Study:
         `decode` (decode_overrides). The model dir's own config holds its encoder."""
         preset, encoder = model.split(":")
         m = {"preset": preset, "encoder": encoder, "train": t, "decode": decode}
-        m["abs"] = self.table.evaluate(f"{model} ABS", "abs_study", d, set_flags(decode),
-                                       train=[t])
+        flags = set_flags(decode)
+        m["abs"] = self.table.evaluate(f"{model} ABS", "abs_study", d, flags, train=[t])
         sh(["-m", "pgn_tf.tune", "--model_dir", d, "--data", self.table.valid,
-            "--skip", str(self.a.score), "--limit", str(self.a.select), "--quiet",
-            *set_flags(decode)], self.table.log)
+            "--skip", str(self.a.score), "--limit", str(self.a.select), "--quiet", *flags],
+           self.table.log)
         with open(os.path.join(d, "abs_plus.json")) as f:
             m["tuning"] = json.load(f)
         weights = m["tuning"]["weights"]
         m["abs_plus"] = self.table.evaluate(
             f"{model} ABS+", "abs_study", d,
-            set_flags([*decode, f"decode.abs_plus_weights={weights}"]),
+            [*flags, "--set", f"decode.abs_plus_weights={weights}"],
             train=[t], abs_plus_weights=weights)
         m["lead"] = lead["name"]
         m["tests"] = compare_to_lead(lead["decoded"], m["abs_plus"]["decoded"])
