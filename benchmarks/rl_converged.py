@@ -3,7 +3,7 @@ one unattended run on the Debian package descriptions (the headlines) or on the 
 
     python -m benchmarks.rl_converged --data_dir DIR --work_dir runs/rl_converged \
         [--corpus descriptions|digests] [--start_minutes 60] [--grid_minutes 10] \
-        [--arm_minutes 60] [--rl_samples 4]
+        [--arm_minutes 60] [--rl_samples 4] [--point LR,GAMMA] [--arms ml,mixed,rl]
     python -m benchmarks.rl_converged --work_dir runs/rl_converged --render
 
 Earlier RL arms here started from a model ML was still improving and ran 20 minutes, so ML
@@ -17,20 +17,22 @@ continued won by construction (docs/status.md). This study removes both confound
           leave-one-out mean) from that start for --grid_minutes at every learning rate x ML
           weight gamma of GRID; each point scored by its best validation ROUGE-Lsum on the
           selection pairs only (never on the scored pairs). The best point sets the arms'
-          learning rate and gamma.
+          learning rate and gamma; --point LR,GAMMA gives them instead (a grid run before,
+          on a start of the same recipe) and runs no grid.
   arms    three arms from the start, --arm_minutes each (the same wall-clock budget): ML
           continued; mixed ML + RL (the chosen learning rate and gamma); RL alone (eq. 15,
           gamma = 1, the chosen learning rate), as Table 1's three rows. ML continued resumes
           the start's last checkpoint and optimizer; the grid and the RL arms change the
           objective, a new phase, so they begin from the start's best checkpoint's weights with
-          a fresh optimizer (pgn_tf.training), the step counter continuing.
+          a fresh optimizer (pgn_tf.training), the step counter continuing. --arms runs
+          some of them (a study whose other arms ran from an earlier start).
 
 Scored as the corpus's table scores (benchmarks/quality_table.py on the headlines,
 benchmarks/digest_table.py on the digests, which adds blocks matched and sentences repeated):
 beam 4 on the first --score validation pairs; paired bootstrap (pgn_tf.significance) of each
-RL arm against ML continued on ROUGE-Lsum and on ROUGE-L (the reward); See et al.'s repetition
-and novelty beside them (Paulus et al. warn that RL alone reads worse). Selection and grid use
-the --select pairs after them.
+RL arm against ML continued, and of every arm against the start, on ROUGE-Lsum and on ROUGE-L
+(the reward); See et al.'s repetition and novelty beside them (Paulus et al. warn that RL
+alone reads worse). Selection and grid use the --select pairs after them.
 
 Every arm selects its checkpoint as the start did, and a new phase's first evaluation is of
 the weights it starts from: an arm that never beats the start on the selection pairs is scored
@@ -169,7 +171,8 @@ class Study:
         if self.stop_after("start"):
             return
         results = []
-        for point in grid_points(a.grid_learning_rates, a.grid_gammas):
+        # --point names the arms' learning rate and gamma (a grid run before): no grid
+        for point in [] if a.point else grid_points(a.grid_learning_rates, a.grid_gammas):
             d = w("grid", f"lr{point['learning_rate']:g}_g{point['gamma']:g}")
             t = self.phase(d, a.grid_minutes, arm_overrides(
                 "ML+RL (mixed)", point, a.rl_samples, a.rl_eval_every), start=start)
@@ -177,13 +180,13 @@ class Study:
             results.append({**point, "selection_rougeLsum": best, "steps": t["final_step"]})
             self.state["grid"] = results
             self.save()
-        chosen = best_point(results)
+        chosen = best_point(results) if results else given_point(a.point)
         self.state["chosen"] = chosen
         self.save()
         if self.stop_after("grid"):
             return
         rows = self.state.setdefault("rows", {})
-        for arm in ARMS:
+        for arm in [x for x in ARMS if ARM_DIRS[x] in a.arms]:
             d = w("arms", ARM_DIRS[arm])
             t = self.phase(d, a.arm_minutes,
                            arm_overrides(arm, chosen, a.rl_samples, a.rl_eval_every), start=start)
@@ -194,7 +197,9 @@ class Study:
             self.save()
             if self.stop_after(ARM_DIRS[arm]):
                 return
-        self.state["tests"] = compare_arms({k: r["decoded"] for k, r in rows.items()})
+        self.state["tests"] = compare_arms(
+            {k: r["decoded"] for k, r in rows.items() if ARM_DIRS[k] in a.arms},
+            self.state["start"]["row"]["decoded"])
         self.save()
 
     def render(self) -> str:
@@ -213,15 +218,33 @@ def _best_selection_rouge(model_dir: str, after_step: int) -> float:
     return round(max(values), 2)
 
 
-def compare_arms(decoded: dict[str, str]) -> dict:
-    """Each RL arm against ML continued: paired bootstrap on ROUGE-Lsum and ROUGE-L."""
+def given_point(point: tuple[float, ...]) -> dict:
+    """The arms' learning rate and gamma from --point LR,GAMMA, marked as given (no grid)."""
+    if len(point) != 2:
+        raise ValueError(f"--point is LEARNING_RATE,GAMMA, got {len(point)} numbers")
+    learning_rate, gamma = point
+    if not (learning_rate > 0 and 0 <= gamma <= 1):
+        raise ValueError(f"--point needs a learning rate > 0 and 0 <= gamma <= 1, got {point}")
+    return {"learning_rate": learning_rate, "gamma": gamma, "given": True}
+
+
+def compare_arms(decoded: dict[str, str], start: str | None = None) -> dict:
+    """Paired bootstrap on ROUGE-Lsum and ROUGE-L (the reward) of each RL arm against ML
+    continued, and of each arm against the start it began from (ML continued's test says
+    whether ML was still gaining, which an RL arm's gain over the start then includes)."""
     from pgn_tf import significance
 
     out = {}
     for arm in ARMS[1:]:
         for metric in ("rougeLsum", "rougeL"):
-            out[f"{arm} vs ML continued, {metric}"] = significance.compare(
-                decoded["ML continued"], decoded[arm], metric)
+            if arm in decoded and "ML continued" in decoded:
+                out[f"{arm} vs ML continued, {metric}"] = significance.compare(
+                    decoded["ML continued"], decoded[arm], metric)
+    for arm in ARMS:
+        for metric in ("rougeLsum", "rougeL"):
+            if arm in decoded and start:
+                out[f"{arm} vs the start, {metric}"] = significance.compare(
+                    start, decoded[arm], metric)
     return out
 
 
@@ -247,6 +270,10 @@ def render(state: dict, settings: dict) -> str:
         r = s["row"]
         lines += [f"ML start, scored: ROUGE-1 {r['rouge1']}, ROUGE-2 {r['rouge2']}, ROUGE-Lsum "
                   f"{r['rougeLsum']} ({r.get('train_steps')} steps).", ""]
+    if (state.get("chosen") or {}).get("given"):
+        c = state["chosen"]
+        lines += [f"No grid: learning rate {c['learning_rate']:g} and gamma {c['gamma']:g} "
+                  "given (--point).", ""]
     if state.get("grid"):
         lines += ["| learning rate | gamma | selection ROUGE-Lsum | steps |", "|---|---|---|---|"]
         lines += [f"| {g['learning_rate']:g} | {g['gamma']:g} | {g['selection_rougeLsum']} | "
@@ -293,6 +320,15 @@ def _floats(text: str) -> tuple[float, ...]:
     return values
 
 
+def _arm_list(text: str) -> tuple[str, ...]:
+    arms = tuple(x.strip() for x in text.split(",") if x.strip())
+    unknown = [x for x in arms if x not in ARM_DIRS.values()]
+    if unknown or not arms:
+        raise argparse.ArgumentTypeError(
+            f"expected arms of {','.join(ARM_DIRS.values())}, got '{text}'")
+    return arms
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m benchmarks.rl_converged",
                                 description=__doc__.splitlines()[0])
@@ -318,6 +354,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: the corpus's, 500 or 400)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="a config override for every phase (recorded in rl.json)")
+    p.add_argument("--point", type=_floats, metavar="LR,GAMMA",
+                   help="the arms' learning rate and gamma, chosen by a grid run before: "
+                        "no grid is run")
+    p.add_argument("--arms", type=_arm_list, default=tuple(ARM_DIRS.values()),
+                   metavar="ARM,...", help="the arms to run, of " + ",".join(ARM_DIRS.values())
+                   + " (default: all)")
     p.add_argument("--stop_after", choices=PHASES,
                    help="end the run after this phase (resume later without it)")
     p.add_argument("--render", action="store_true", help="only rewrite rl_table.md")
@@ -333,6 +375,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--data_dir is required unless --render")
     if a.rl_samples < 2:
         raise SystemExit("--rl_samples must be at least 2 (the leave-one-out baseline)")
+    if a.stop_after in ARM_DIRS.values() and a.stop_after not in a.arms:
+        raise SystemExit(f"--stop_after {a.stop_after} names an arm --arms does not run")
+    if a.point:
+        try:
+            given_point(a.point)
+        except ValueError as e:
+            raise SystemExit(str(e)) from None
     study = Study(a)
     before = (study.state.get("settings") or {}).get("corpus", "descriptions")
     if not a.render and study.state.get("settings") and before != a.corpus:

@@ -150,9 +150,86 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     assert rc.main(args) == 0
     assert trained[4:] == ["mixed", "rl"] and len(scored) == 4
     state = json.loads((work / "rl.json").read_text())
-    assert set(state["rows"]) == set(rc.ARMS) and len(state["tests"]) == 4
+    assert set(state["rows"]) == set(rc.ARMS)
+    # each RL arm against ML continued, every arm against the start; ROUGE-Lsum and ROUGE-L
+    assert len(state["tests"]) == 2 * (2 + 3)
+    assert "RL alone vs ML continued, rougeL" in state["tests"]
+    assert "ML continued vs the start, rougeLsum" in state["tests"]
     assert len(state["code_versions"]) == 3
     assert "| RL alone |" in (work / "rl_table.md").read_text()
+
+
+def _fake_phases(monkeypatch, tmp_path):
+    """Training and scoring that write what the quality table's would, and list what ran."""
+    import tensorflow as tf
+
+    trained, scored = [], []
+
+    def train_phase(self, model_dir, preset, minutes, extra=()):
+        trained.append((os.path.basename(model_dir), list(extra)))
+        step = 1000 + 100 * len(trained)
+        os.makedirs(model_dir, exist_ok=True)
+        with tf.summary.create_file_writer(os.path.join(model_dir, "eval")).as_default():
+            tf.summary.scalar("rougeLsum", 40.0, step=step)
+        result = {"final_step": step, "wall_seconds": 60.0 * minutes}
+        with open(os.path.join(model_dir, "train_result.json"), "w") as f:
+            json.dump(result, f)
+        return result
+
+    def evaluate(self, name, stage, model_dir, extra=(), train=None, **info):
+        scored.append(name)
+        path = tmp_path / (name.replace(" ", "_") + ".jsonl")
+        path.write_text("".join(json.dumps({"decoded": f"a b {i % (2 + len(scored))}",
+                                            "reference": "a b c"}) + "\n" for i in range(20)))
+        return {"name": name, "rouge1": 1.0, "rouge2": 1.0, "rougeLsum": 1.0,
+                "decoded": str(path), **info}
+
+    monkeypatch.setattr(rc.Table, "train_phase", train_phase)
+    monkeypatch.setattr(rc.Table, "evaluate", evaluate)
+    return trained, scored
+
+
+def test_a_given_point_and_some_arms_run_no_grid_and_test_against_the_start(tmp_path,
+                                                                            monkeypatch):
+    """--point LR,GAMMA (a grid run before) skips the grid; --arms rl runs RL alone only, at
+    that learning rate, and tests it against the start (there is no ML continued to test it
+    against); the table says the point was given."""
+    trained, scored = _fake_phases(monkeypatch, tmp_path)
+    work = tmp_path / "work"
+    args = ["--data_dir", str(tmp_path), "--work_dir", str(work), "--point", "3e-4,0.99",
+            "--arms", "rl"]
+    assert rc.main(args) == 0
+    assert [name for name, _ in trained] == ["start", "rl"]
+    assert "train.rl_learning_rate=0.0003" in trained[1][1]
+    assert "train.objective=rl" in trained[1][1]
+    state = json.loads((work / "rl.json").read_text())
+    assert state["chosen"] == {"learning_rate": 3e-4, "gamma": 0.99, "given": True}
+    assert "grid" not in state and set(state["rows"]) == {"RL alone"}
+    assert sorted(state["tests"]) == ["RL alone vs the start, rougeL",
+                                      "RL alone vs the start, rougeLsum"]
+    md = (work / "rl_table.md").read_text()
+    assert "No grid: learning rate 0.0003 and gamma 0.99 given (--point)." in md
+    assert "- RL alone vs the start, rougeL: delta" in md
+    assert rc.main(args) == 0 and len(trained) == 2 and len(scored) == 2  # all reused
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--point", "3e-4"], "LEARNING_RATE,GAMMA"),
+    (["--point", "0,0.99"], "learning rate > 0"),
+    (["--point", "3e-4,1.5"], "gamma <= 1"),
+    (["--arms", "rl", "--stop_after", "ml"], "names an arm --arms does not run"),
+])
+def test_a_bad_point_or_stop_is_refused_before_any_work(tmp_path, flags, message):
+    with pytest.raises(SystemExit, match=message):
+        rc.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path / "w"), *flags])
+    assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("text", ["rl,RL", "", "ml,alone"])
+def test_unknown_arms_are_refused(text, capsys):
+    with pytest.raises(SystemExit):
+        rc.build_parser().parse_args(["--arms", text])
+    assert "expected arms of ml,mixed,rl" in capsys.readouterr().err
 
 
 def test_the_digests_study_has_its_preset_table_and_columns(tmp_path, monkeypatch):
