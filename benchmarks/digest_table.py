@@ -324,8 +324,8 @@ class DigestTable(quality_table.Table):
         sign = "B - A" if c["direction"] == "higher" else "A - B"
         verdict = "holds" if c["holds"] else "not shown"
         return (f"{c['claim']} ({MEASURES[c['measure']]}: {c['b']} {c['mean_b']} vs {c['a']} "
-                f"{c['mean_a']}; {sign} {c['delta']:+.2f} [{lo:.2f}, {hi:.2f}], paired "
-                f"bootstrap p = {c['p_value']:.4f}): {verdict}")
+                f"{c['mean_a']}; {sign} {c['delta']:+.2f} [{lo:.2f}, {hi:.2f}], one-sided "
+                f"paired bootstrap p = {c['p_value']:.4f}): {verdict}")
 
     def figure(self) -> str:
         """See et al.'s Fig. 4 on the digests: % duplicate n-grams and sentences per system."""

@@ -416,8 +416,8 @@ class Table:
             out.append(f"{b} vs {a} under the same budget: ROUGE-1 {fast['rouge1']} vs "
                        f"{fp32['rouge1']} in {fast.get('train_steps')} vs {fp32.get('train_steps')} "
                        f"steps; ROUGE-Lsum delta {test['delta']} [{test['delta_ci95'][0]}, "
-                       f"{test['delta_ci95'][1]}], p = {test['p_value']:.4f}; not shown to cost "
-                       f"ROUGE (the delta's 95% interval reaches 0): "
+                       f"{test['delta_ci95'][1]}], one-sided p = {test['p_value']:.4f}; not shown "
+                       f"to cost ROUGE (the delta's 95% interval reaches 0): "
                        f"{holds(test['delta_ci95'][1] >= 0)} (CPU flags {test['cpu_flags']})")
         for stage, label in (("paulus", "paulus2017"), ("see_rl", "see2017 + coverage")):
             ml, rl = r(f"{label}, ML continued"), r(f"{label}, ML+RL (mixed)")
@@ -429,7 +429,8 @@ class Table:
                     f"target ({label}): mixed beats ML continued on ROUGE-L with p < "
                     f"{targets.P_VALUE} "
                     f"(ROUGE-Lsum {rl['rougeLsum']} vs {ml['rougeLsum']}, delta {test['delta']} "
-                    f"[{test['delta_ci95'][0]}, {test['delta_ci95'][1]}], p = {test['p_value']:.4f})"
+                    f"[{test['delta_ci95'][0]}, {test['delta_ci95'][1]}], one-sided p = "
+                    f"{test['p_value']:.4f})"
                     f": {'met' if ok else 'missed'}; repeat-word outputs "
                     f"{rl.get('repeat_word_outputs_pct')}% vs {ml.get('repeat_word_outputs_pct')}%: "
                     f"{'met' if rep else 'missed'}")

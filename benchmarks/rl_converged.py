@@ -14,11 +14,13 @@ continued won by construction (docs/status.md). This study removes both confound
           validation curve is shown with how much the last third of the run still gained
           (`flatness`): RL is meant to start where ML no longer improves.
   grid    the mixed objective (eq. 16, --rl_samples samples an article against their
-          leave-one-out mean) from that start for --grid_minutes at every learning rate x ML
-          weight gamma of GRID; each point scored by its best validation ROUGE-Lsum on the
-          selection pairs only (never on the scored pairs). The best point sets the arms'
-          learning rate and gamma; --point LR,GAMMA gives them instead (a grid run before,
-          on a start of the same recipe) and runs no grid.
+          leave-one-out mean) from that start for --grid_minutes at every learning rate x
+          gamma of GRID (eq. 16's weight on the RL term; the ML term's is 1 - gamma); each
+          point scored by its best validation ROUGE-Lsum on the selection pairs only (never on
+          the scored pairs), decoded as the table decodes (the preset's beam search, beam 4),
+          not greedily. The best point sets the arms' learning rate and gamma; --point
+          LR,GAMMA gives them instead (a grid run before, on a start of the same recipe) and
+          runs no grid.
   arms    three arms from the start, --arm_minutes each (the same wall-clock budget): ML
           continued; mixed ML + RL (the chosen learning rate and gamma); RL alone (eq. 15,
           gamma = 1, the chosen learning rate), as Table 1's three rows. ML continued resumes
@@ -68,7 +70,8 @@ CORPORA = {
     "digests": {"preset": "digest_paulus", "table": DigestTable, "score": 600, "select": 400,
                 "start_minutes": 80.0},
 }
-# The grid the mixed objective's learning rate and ML weight are chosen on (selection pairs).
+# The grid the mixed objective's learning rate and gamma (eq. 16's weight on the RL term, the
+# ML term's 1 - gamma) are chosen on (selection pairs).
 GRID = {"learning_rate": (3e-5, 1e-4, 3e-4), "gamma": (0.9984, 0.99)}
 FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
 ARMS = ("ML continued", "ML+RL (mixed)", "RL alone")
@@ -228,6 +231,18 @@ def given_point(point: tuple[float, ...]) -> dict:
     return {"learning_rate": learning_rate, "gamma": gamma, "given": True}
 
 
+def selection_beam(preset: str, overrides=()) -> int | str:
+    """The beam validation ROUGE decodes with, so the one checkpoint and grid selection read:
+    the preset's decode.beam_size under the study's --set (pgn_tf.training.validation decodes
+    with the decode config's search; the RL reward's baseline alone is greedy)."""
+    from pgn_tf import config as config_lib
+
+    try:
+        return config_lib.resolve(preset, list(overrides)).decode.beam_size
+    except ValueError:
+        return "?"
+
+
 def compare_arms(decoded: dict[str, str], start: str | None = None) -> dict:
     """Paired bootstrap on ROUGE-Lsum and ROUGE-L (the reward) of each RL arm against ML
     continued, and of each arm against the start it began from (ML continued's test says
@@ -251,11 +266,13 @@ def compare_arms(decoded: dict[str, str], start: str | None = None) -> dict:
 def render(state: dict, settings: dict) -> str:
     """rl_table.md: the start's flatness, the grid, the arms with their tests and targets."""
     preset = CORPORA[settings.get("corpus") or "descriptions"]["preset"]
+    beam = selection_beam(preset, settings.get("set") or ())
     lines = [f"Paulus et al.'s RL from a converged start ({preset}); start "
              f"{settings.get('start_minutes')} min ML, grid {settings.get('grid_minutes')} min a "
              f"point, arms {settings.get('arm_minutes')} min each, rl_samples "
              f"{settings.get('rl_samples')}; scored on the first {settings.get('score')} "
-             f"validation pairs, selected on the {settings.get('select')} after them; CPU "
+             f"validation pairs, selected on the {settings.get('select')} after them (beam "
+             f"{beam}, as scored); CPU "
              f"flags: {settings.get('cpu_flags') or cpu_flags()}; code: "
              f"{', '.join(state.get('code_versions') or ['?'])}.",
              ""]
@@ -275,7 +292,8 @@ def render(state: dict, settings: dict) -> str:
         lines += [f"No grid: learning rate {c['learning_rate']:g} and gamma {c['gamma']:g} "
                   "given (--point).", ""]
     if state.get("grid"):
-        lines += ["| learning rate | gamma | selection ROUGE-Lsum | steps |", "|---|---|---|---|"]
+        lines += [f"| learning rate | gamma (the RL term's weight) | selection ROUGE-Lsum (beam "
+                  f"{beam}) | steps |", "|---|---|---|---|"]
         lines += [f"| {g['learning_rate']:g} | {g['gamma']:g} | {g['selection_rougeLsum']} | "
                   f"{g['steps']} |" for g in state["grid"]]
         lines.append("")
@@ -305,7 +323,7 @@ def render(state: dict, settings: dict) -> str:
         ok = test["delta"] > 0 and test["p_value"] < targets.P_VALUE
         verdict = f"above at p < {targets.P_VALUE:g}" if ok else "not shown above"
         lines.append(f"- {name}: delta {test['delta']:+.2f} (95% CI {test['delta_ci95']}), "
-                     f"p = {test['p_value']:.4f}: {verdict}")
+                     f"one-sided p = {test['p_value']:.4f}: {verdict}")
     return "\n".join(lines) + "\n"
 
 
@@ -343,7 +361,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grid_learning_rates", type=_floats, default=GRID["learning_rate"],
                    metavar="LR,LR,...", help="the grid's learning rates (train.rl_learning_rate)")
     p.add_argument("--grid_gammas", type=_floats, default=GRID["gamma"], metavar="G,G,...",
-                   help="the grid's ML weights (train.rl_gamma of eq. 16)")
+                   help="the grid's gammas (train.rl_gamma: eq. 16's weight on the RL term; "
+                        "the ML term's is 1 - gamma)")
     p.add_argument("--rl_samples", type=int, default=4)
     p.add_argument("--rl_eval_every", type=int, default=RL_EVAL_EVERY,
                    help="the RL phases' train.eval_every (ML keeps the preset's)")

@@ -80,7 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pgn_tf.significance",
                                 description=__doc__.splitlines()[0])
     p.add_argument("a", help="decoded.jsonl of system A (the baseline)")
-    p.add_argument("b", help="decoded.jsonl of system B")
+    p.add_argument("b", help="decoded.jsonl of system B (the printed p_value is one-sided: the "
+                             "share of resamples in which B's mean is not above A's)")
     p.add_argument("--metric", default="rougeLsum", choices=METRICS)
     p.add_argument("--samples", type=int, default=10_000)
     add_verbose_flag(p)

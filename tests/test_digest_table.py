@@ -109,8 +109,8 @@ def test_claims_are_paired_bootstraps_in_the_claimed_direction(tmp_path):
     assert same["delta"] == 0.0 and not same["holds"]
     line = table.claim_line(rep)
     assert line.startswith("coverage lowers the share of repeated sentences (% sentences "
-                           "repeated: ") and line.endswith("A - B +50.00 [50.00, 50.00], paired "
-                                                           f"bootstrap p = {rep['p_value']:.4f}"
+                           "repeated: ") and line.endswith("A - B +50.00 [50.00, 50.00], one-sided "
+                                                           f"paired bootstrap p = {rep['p_value']:.4f}"
                                                            "): holds")
 
 

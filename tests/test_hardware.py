@@ -55,3 +55,31 @@ def test_the_policies_match_the_config_choices():
 
     hint = typing.get_type_hints(config.TrainConfig)["mixed_precision"]
     assert typing.get_args(hint) == hardware.MIXED_PRECISION
+
+
+AMX_CPU = frozenset({"avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16"})
+
+
+@pytest.mark.parametrize("cap, expected", [
+    (None, AMX_CPU), ("", AMX_CPU), ("DEFAULT", AMX_CPU), ("all", AMX_CPU),
+    ("avx512_core_amx", AMX_CPU),
+    ("AVX512_CORE_BF16", AMX_CPU - {"amx_bf16"}),  # bf16 dot products, no tiles
+    ("AVX512_CORE", AMX_CPU - {"amx_bf16", "avx512_bf16"}),
+    ("AVX2", AMX_CPU - {"amx_bf16", "avx512_bf16"}),
+    ("NOT_AN_ISA", AMX_CPU),  # oneDNN ignores a value it does not know, and so does auto
+])
+def test_onednn_cap_takes_away_the_bf16_flags_it_forbids(cap, expected):
+    assert hardware.onednn_capped_flags(AMX_CPU, cap) == expected
+    assert hardware.onednn_capped_flags(None, cap) is None
+
+
+def test_auto_under_an_avx2_cap_picks_float32_as_an_avx2_cpu_does(monkeypatch):
+    """ONEDNN_MAX_CPU_ISA=AVX2 on an AMX machine: bf16 would be emulated, so `auto` takes the
+    float32 path a CPU without bf16 takes (what .ci/run's AVX2 step relies on)."""
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: AMX_CPU)
+    monkeypatch.setattr(hardware, "gpu_capabilities", lambda: [])
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert hardware.mixed_precision_policy("auto") == "mixed_bfloat16"
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert hardware.mixed_precision_policy("auto") == "float32"
+    assert hardware.mixed_precision_policy("mixed_bfloat16") == "mixed_bfloat16"  # as asked

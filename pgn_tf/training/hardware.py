@@ -5,6 +5,7 @@ the device list, so every machine's choice is tested on any machine)."""
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Sequence
 
 import tensorflow as tf
@@ -54,9 +55,36 @@ def choose_policy(setting: str, gpus: Sequence[tuple[int, int]],
     return "mixed_bfloat16" if (flags or frozenset()) & {"avx512_bf16", "amx_bf16"} else "float32"
 
 
+# oneDNN's `ONEDNN_MAX_CPU_ISA` caps, lowest first (its documented values; AVX10_1_512* are the
+# newer names of AVX512_CORE_FP16 and the AMX levels). A cap below a level takes away what that
+# level adds: bf16 dot products from AVX512_CORE_BF16, AMX tiles from AVX512_CORE_AMX.
+ONEDNN_ISA_LEVELS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE",
+                     "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX10_1_512",
+                     "AVX512_CORE_AMX", "AVX10_1_512_AMX", "AVX512_CORE_AMX_FP16",
+                     "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2")
+_FLAG_FROM = {"avx512_bf16": "AVX512_CORE_BF16", "amx_bf16": "AVX512_CORE_AMX"}
+
+
+def onednn_capped_flags(flags: frozenset[str] | None, max_isa: str | None) -> frozenset[str] | None:
+    """`flags` less the bf16 ones that oneDNN may not use under `ONEDNN_MAX_CPU_ISA` = max_isa.
+
+    A CPU with AMX run under `ONEDNN_MAX_CPU_ISA=AVX2` multiplies bf16 the way an AVX2-only CPU
+    does (emulated, slower than float32), so `auto` must choose as it would there: this is what
+    lets one machine take the path every CPU type takes. None, "", DEFAULT, ALL and values oneDNN
+    does not know (it ignores them too) cap nothing."""
+    cap = (max_isa or "").strip().upper()
+    if flags is None or cap not in ONEDNN_ISA_LEVELS:
+        return flags
+    level = ONEDNN_ISA_LEVELS.index(cap)
+    return frozenset(f for f in flags
+                     if f not in _FLAG_FROM or ONEDNN_ISA_LEVELS.index(_FLAG_FROM[f]) <= level)
+
+
 def mixed_precision_policy(setting: str) -> str:
-    """choose_policy on this machine's GPUs and CPU flags."""
-    return choose_policy(setting, gpu_capabilities(), cpu_flags())
+    """choose_policy on this machine's GPUs and the CPU flags oneDNN may use (its
+    `ONEDNN_MAX_CPU_ISA` cap applied to /proc's flags)."""
+    flags = onednn_capped_flags(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
+    return choose_policy(setting, gpu_capabilities(), flags)
 
 
 def needs_loss_scaling(policy: str) -> bool:

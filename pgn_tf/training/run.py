@@ -236,6 +236,9 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, progress: bool) -> dict
           f"{trainer.model.count_params():,} parameters; vocab {vocab.size}; "
           f"model.rnn_impl {trainer.model.rnn_impl}; precision {trainer.precision}{scaling}")
     result = loop.fit(trainer, verbose=1 if progress else 0)
+    # What ran, not what was asked: `auto` resolves by machine, and a summary read later (or a
+    # result compared across machines) must say which numeric path produced it.
+    result = {**result, "precision": trainer.precision, "rnn_impl": trainer.model.rnn_impl}
     if is_chief:
         write_json(os.path.join(mdir.path, "train_result.json"), result)
     print("[pgn_tf] " + json.dumps(result))
