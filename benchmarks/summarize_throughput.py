@@ -33,17 +33,17 @@ def main() -> None:
 
     import tensorflow as tf
 
-    from pgn_tf import summarize
     from pgn_tf.data.dataset import read_split
-    from pgn_tf.inference import Summarizer
+    from pgn_tf.inference.corpus import summarize_corpus
+    from pgn_tf.inference.summarizer import Summarizer
 
     result = {"batch": a.batch}
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        counts = summarize.summarize_corpus(Summarizer.from_model_dir(a.model_dir), a.data,
-                                            os.path.join(tmp, "out.jsonl"), progress="off")
-        result["cli_articles"] = counts["summarized"]
-        result["cli_articles_per_sec"] = counts["articles_per_sec"]
+        counts = summarize_corpus(Summarizer.from_model_dir(a.model_dir), a.data,
+                                  os.path.join(tmp, "out.jsonl"), progress="off")
+        result["cli_articles"] = counts.summarized
+        result["cli_articles_per_sec"] = counts.articles_per_sec
         result["cli_wall_seconds"] = round(time.perf_counter() - t0, 2)
 
     articles = [e.article for e in read_split(a.data, None, a.batch * (a.calls + 1))]

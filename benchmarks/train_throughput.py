@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.common import emit, top_ops
+from benchmarks.common import add_cpu_flag, emit, emulate_cpu, refuse_emulated_bf16, top_ops
 from pgn_tf import config as config_lib
 from pgn_tf.data import dataset, synthetic
 from pgn_tf.model_dir import ModelDir
@@ -155,12 +156,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--cpu_devices", type=int, default=1)
+    add_cpu_flag(p)
     p.add_argument("--profile", metavar="DIR", help="tf.profiler trace of 5 more steps")
     a = p.parse_args()
+    emulate_cpu(a.cpu, "benchmarks.train_throughput", sys.argv[1:])
     if a.cpu_devices > 1:
         distribute.set_cpu_devices(a.cpu_devices)
     strategy = distribute.make_strategy("mirrored")
     cfg = config_lib.resolve(a.config, a.set)
+    refuse_emulated_bf16(a.cpu, cfg.train.mixed_precision, "--config/--set")
     work = tempfile.mkdtemp(prefix="train_bench-")
     if a.data:
         files = dataset.resolve_files(a.data, os.path.join(work, "data"))

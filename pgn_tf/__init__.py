@@ -12,8 +12,9 @@ everything else stays in its module (pgn_tf.train, pgn_tf.evaluate, pgn_tf.expor
 The package's top level holds the commands (`python -m pgn_tf.VERB`: train, evaluate,
 summarize, export, average_checkpoints, tune, significance, quickstart) and the concepts every
 part shares (config and presets, text and vocab, objectives, inference, model_dir); the rest is
-grouped by job: data/, layers/, ops/, models/, decoding/, training/, utils/, and, installed
-from the repository's top-level folders, serving/ and pipelines/ (README: code map).
+grouped by job: data/, layers/, ops/, models/, decoding/, training/, metrics/, saved_model/,
+utils/, and, installed from the repository's top-level folders, serving/ and pipelines/
+(README: code map).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ __version__ = "0.1.0"
 
 # name -> (module, attribute; None for the module itself)
 _EXPORTS = {
-    "Summarizer": ("pgn_tf.inference", "Summarizer"),
-    "SavedModelSummarizer": ("pgn_tf.inference", "SavedModelSummarizer"),
+    "Summarizer": ("pgn_tf.inference.summarizer", "Summarizer"),
+    "SavedModelSummarizer": ("pgn_tf.inference.saved_model", "SavedModelSummarizer"),
     "config": ("pgn_tf.config", None),
     "objectives": ("pgn_tf.objectives", None),
     "Config": ("pgn_tf.config", "Config"),

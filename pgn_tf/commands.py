@@ -1,7 +1,8 @@
 """The command lines' one way in: a quiet start, then the command module's main().
 
-Both forms of a command come through `run_command`: the console scripts of setup.py (`pgn-train`
-is `pgn_tf.commands:train`) and `python -m pgn_tf.train`, whose module begins with
+COMMANDS is the one table of commands: setup.py reads it (without importing pgn_tf) and makes
+each row a console script, `pgn-train = pgn_tf.commands:train`. Both forms of a command come
+through `run_command`: the console scripts and `python -m pgn_tf.train`, whose module begins with
 
     if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf.commands)
         from pgn_tf.commands import run_command
@@ -18,7 +19,9 @@ from __future__ import annotations
 
 import importlib
 
-# console script -> its module (each module's main(argv) parses, calls the library, prints)
+# console script -> its module. Each module is a command and nothing else: build_parser() and
+# main(argv), which parses, calls one library function with typed arguments, prints its result
+# and returns the exit code. No other module imports a command module.
 COMMANDS = {
     "pgn-train": "pgn_tf.train",
     "pgn-evaluate": "pgn_tf.evaluate",
@@ -44,6 +47,9 @@ def run_command(module: str, argv: list[str] | None = None) -> int:
 
 
 def _console(name: str):
+    """The console script `name`'s function: run_command of its module. Its Python name is the
+    console name without `pgn-`, dashes as underscores (setup.py's entry points name it so)."""
+
     def main() -> int:
         return run_command(COMMANDS[name])
 
@@ -52,14 +58,6 @@ def _console(name: str):
     return main
 
 
-train = _console("pgn-train")
-evaluate = _console("pgn-evaluate")
-summarize = _console("pgn-summarize")
-export = _console("pgn-export")
-serve = _console("pgn-serve")
-pipeline = _console("pgn-pipeline")
-preprocess = _console("pgn-preprocess")
-batch_summarize = _console("pgn-batch-summarize")
-average_checkpoints = _console("pgn-average-checkpoints")
-tune = _console("pgn-tune")
-quickstart = _console("pgn-quickstart")
+# train, evaluate, ..., batch_summarize: one function per row of the table (setup.py's
+# `pgn-train = pgn_tf.commands:train`)
+globals().update({f.__name__: f for f in map(_console, COMMANDS)})

@@ -14,11 +14,8 @@ field's declared type and rejects a bad one at once, naming the key and what it 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
-import math
 import os
-import typing
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -26,42 +23,19 @@ import yaml
 from pgn_tf import presets
 from pgn_tf.presets import PRESETS
 from pgn_tf.utils.errors import UserError
-
-
-@dataclasses.dataclass(frozen=True)
-class Range:
-    """The interval a number field may take, declared with it: `Annotated[int, Range(1)]`.
-
-    `Config.validate()` reads it from the type hint, so a new field states its bounds where it
-    is declared and needs no other code.
-    """
-
-    min: float | None = None
-    max: float | None = None
-    min_exclusive: bool = False  # (min, ... instead of [min, ...
-    max_exclusive: bool = False  # ..., max) instead of ..., max]
-
-    def holds(self, value: float) -> bool:
-        if self.min is not None and (value <= self.min if self.min_exclusive else value < self.min):
-            return False
-        if self.max is not None and (value >= self.max if self.max_exclusive else value > self.max):
-            return False
-        return True
-
-    def describe(self) -> str:
-        low, high = "([" [not self.min_exclusive], ")]"[not self.max_exclusive]
-        if self.max is None:
-            return f"{'>' if self.min_exclusive else '>='} {self.min:g}"
-        if self.min is None:
-            return f"{'<' if self.max_exclusive else '<='} {self.max:g}"
-        return f"in {low}{self.min:g}, {self.max:g}{high}"
-
-
-PositiveInt = Annotated[int, Range(1)]
-NonNegativeInt = Annotated[int, Range(0)]
-PositiveFloat = Annotated[float, Range(0, min_exclusive=True)]
-NonNegativeFloat = Annotated[float, Range(0)]
-Probability = Annotated[float, Range(0, 1)]
+from pgn_tf.utils.typed_fields import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Probability,
+    Range,
+)
+from pgn_tf.utils.typed_fields import bad as _bad
+from pgn_tf.utils.typed_fields import checked as _checked
+from pgn_tf.utils.typed_fields import hints as _hints
+from pgn_tf.utils.typed_fields import parse_value as _parse_value
+from pgn_tf.utils.typed_fields import spec as _spec
 
 
 @dataclasses.dataclass
@@ -180,7 +154,7 @@ class TrainConfig:
     eval_rouge_examples: PositiveInt = 500
     # Validation pairs that every measure of the run skips (the eval loss and validation
     # ROUGE), so that selection and early stopping see none of the pairs a report scores
-    # (benchmarks/quality_table.py scores the first 1,500 and selects on the rest). Its old
+    # (studies/quality_table.py scores the first 1,500 and selects on the rest). Its old
     # name, train.eval_rouge_skip (skipped by ROUGE only, the eval loss read from the first
     # pair), is read as this one.
     eval_skip: NonNegativeInt = 0
@@ -327,66 +301,6 @@ def preset(name: str) -> Config:
     for key, value in presets.values(name):
         _set(cfg, key, value)
     return cfg
-
-
-_KINDS = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
-
-
-@functools.cache
-def _hints(cls: type) -> dict[str, Any]:
-    """A dataclass's field types, Annotated extras kept (its annotations are strings here)."""
-    return typing.get_type_hints(cls, include_extras=True)
-
-
-def _spec(hint: Any) -> tuple[type, tuple | None, Range | None]:
-    """A field's type hint -> (base type, Literal choices or None, Range or None)."""
-    rng = None
-    if typing.get_origin(hint) is Annotated:
-        hint, *extras = typing.get_args(hint)
-        rng = next((e for e in extras if isinstance(e, Range)), None)
-    choices = None
-    if typing.get_origin(hint) is Literal:
-        choices = typing.get_args(hint)
-        hint = type(choices[0])
-    if hint not in _KINDS:
-        raise TypeError(f"config fields are bool, int, float, str or a Literal of one, "
-                        f"optionally Annotated with a Range; got {hint!r}")
-    return hint, choices, rng
-
-
-def _bad(key: str, expected: str, got: Any) -> str:
-    return f"bad value for '{key}': expected {expected}, got {got!r}"
-
-
-def _checked(key: str, hint: Any, value: Any) -> Any:
-    """value if it fits the declared type (an int given for a float field becomes a float)."""
-    base, choices, rng = _spec(hint)
-    if base is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, base) or (base is not bool and isinstance(value, bool)):
-        raise ValueError(_bad(key, _KINDS[base], value))
-    if base is float and not math.isfinite(value):
-        raise ValueError(_bad(key, "a finite number", value))
-    if choices is not None and value not in choices:
-        raise ValueError(_bad(key, "one of " + ", ".join(repr(c) for c in choices), value))
-    if rng is not None and not rng.holds(value):
-        raise ValueError(_bad(key, rng.describe(), value))
-    return value
-
-
-def _parse_value(text: str, base: type) -> Any:
-    """A `--set` string -> a value of the field's declared base type."""
-    if base is bool:
-        low = text.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ValueError("a boolean (true/false)")
-    try:
-        return base(text)
-    except ValueError:
-        raise ValueError(_KINDS[base]) from None
 
 
 # Old key -> its new name: model dirs and commands of earlier versions keep working.

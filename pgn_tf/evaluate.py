@@ -13,7 +13,7 @@ al. Fig. 4), % novel 1-4-grams w.r.t. the article (Fig. 6), mean p_gen, [UNK] ra
 before decode.replace_unk), and the shares of outputs that repeat a token and that repeat a
 word (word tokens only, punctuation excluded), each beside the references' own rate. On
 digests (articles of blank-line-separated blocks, one reference line per block), the block
-measures of `pgn_tf.digest_metrics` too: blocks covered, sentences repeated, blocks revisited.
+measures of `pgn_tf.metrics.digests` too: blocks covered, sentences repeated, blocks revisited.
 Baselines without a model: `lead` (the first --lead_sentences sentences, or --lead_words
 words) and `lead_blocks` (the first sentence of each block the model would read).
 `--decoded FILE` scores another system's outputs instead (one summary a line, in the order of
@@ -22,7 +22,9 @@ the data, retokenized with this project's tokenizer), every measure computed the
 75 bytes (Rush et al. 2015's protocol). Writes decoded.jsonl, decoded.txt, reference.txt and
 metrics.json to --output_dir (default <model_dir>/eval_<split name>).
 
-The library call underneath is `pgn_tf.evaluation.evaluate`; the measures are pgn_tf.scoring's.
+The library call underneath is `pgn_tf.inference.evaluator.evaluate` (the one evaluator); the
+measures are pgn_tf.metrics'. A model dir's tuned ABS+ weights (abs_plus.json, pgn_tf.tune) are
+used unless --set decode.abs_plus_weights=... overrides them; a `[pgn_tf]` line says which.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf
 import argparse
 import json
 
-from pgn_tf.data import dataset
-from pgn_tf.evaluation import Evaluation, evaluate
-from pgn_tf.scoring import BASELINES
+from pgn_tf.data.articles import EXAMPLE_FORMATS
+from pgn_tf.inference.evaluator import evaluate
+from pgn_tf.metrics.scoring import BASELINES
+from pgn_tf.utils import logs
 from pgn_tf.utils.errors import run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
@@ -48,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="score an export's summaries (its summarize_verbose signature) instead "
                         "of a model dir's")
     p.add_argument("--data", required=True)
-    p.add_argument("--data_format", choices=dataset.FORMATS)
+    p.add_argument("--data_format", choices=EXAMPLE_FORMATS)
     p.add_argument("--limit", type=int)
     p.add_argument("--beam_size", type=int)
     p.add_argument("--batch_size", type=int)
@@ -72,18 +75,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run(args) -> Evaluation:
-    """The parsed flags -> `evaluate` (the library call); prints its metrics as one JSON line."""
-    result = evaluate(
-        args.data, args.model_dir, saved_model=args.saved_model, data_format=args.data_format,
-        limit=args.limit, beam_size=args.beam_size, batch_size=args.batch_size, output_dir=args.output_dir,
-        checkpoint=args.checkpoint, overrides=args.set, baseline=args.baseline,
-        decoded=args.decoded, lead_sentences=args.lead_sentences, lead_words=args.lead_words,
-        bootstrap=args.bootstrap, rouge_recall_bytes=args.rouge_recall_bytes,
-        progress=not args.quiet)
-    print(json.dumps(result.metrics))
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
-    return run_cli("pgn_tf.evaluate", run, build_parser().parse_args(argv))
+    """Parses the flags, calls pgn_tf.inference.evaluator.evaluate and prints its metrics as
+    one JSON line; 2 on an error the user can fix."""
+    a = build_parser().parse_args(argv)
+
+    def run() -> None:
+        result = evaluate(
+            a.data, a.model_dir, saved_model=a.saved_model, data_format=a.data_format,
+            limit=a.limit, beam_size=a.beam_size, batch_size=a.batch_size,
+            output_dir=a.output_dir, checkpoint=a.checkpoint, overrides=a.set,
+            baseline=a.baseline, decoded=a.decoded, lead_sentences=a.lead_sentences,
+            lead_words=a.lead_words, bootstrap=a.bootstrap,
+            rouge_recall_bytes=a.rouge_recall_bytes, progress=not a.quiet)
+        print(json.dumps(result.metrics))
+
+    with logs.to_stdout():
+        return run_cli("pgn_tf.evaluate", run)

@@ -8,6 +8,9 @@ inference.
                               {"metric", "value", "step", "checkpoint", "higher_is_better"}
     <model_dir>/train/, eval/ TensorBoard logs
     <model_dir>/data/         non-TFRecord inputs converted once to TFRecords (a cache)
+    <model_dir>/abs_plus.json ABS+ feature weights tuned by pgn_tf.tune ({"weights": "1,...",
+                              "metric", "abs", "abs_plus", ...}); summarize, evaluate and
+                              export decode with them unless --set decode.abs_plus_weights
     <model_dir>/.lock         held while a training run writes the directory
 
 A training phase is one best-checkpoint measure (config.best_measure): the eval loss, the eval
@@ -45,6 +48,7 @@ class ModelDir:
         self.best_dir = os.path.join(path, "best")
         self.best_json = os.path.join(self.best_dir, "best.json")
         self.cache_dir = os.path.join(path, "data")
+        self.abs_plus_json = os.path.join(path, "abs_plus.json")
 
     # -- config and vocab -------------------------------------------------------------------
 
@@ -70,6 +74,23 @@ class ModelDir:
         if not tf.io.gfile.exists(path):
             raise UserError(f"model dir {self.path} has no vocab.txt")
         return vocab_lib.Vocab.load(path, cfg.data.vocab_size)
+
+    def read_abs_plus(self) -> dict | None:
+        """abs_plus.json (the tuned ABS+ weights, pgn_tf.tune), or None when there is none."""
+        if not os.path.exists(self.abs_plus_json):
+            return None
+        try:
+            with open(self.abs_plus_json) as f:
+                info = json.load(f)
+        except ValueError as e:
+            raise UserError(f"{self.abs_plus_json} is not JSON ({e}): tune again or remove it") from None
+        if not isinstance(info, dict) or not isinstance(info.get("weights"), str):
+            raise UserError(f"{self.abs_plus_json} has no \"weights\" string: tune again or "
+                            "remove it")
+        return info
+
+    def write_abs_plus(self, info: dict) -> None:
+        write_json(self.abs_plus_json, info, indent=2)
 
     # -- checkpoints ------------------------------------------------------------------------
 

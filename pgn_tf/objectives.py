@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pgn_tf import rewards, vocab
+from pgn_tf import vocab
 from pgn_tf.decoding import greedy, sampling
-from pgn_tf.decoding.beam_search import tile_beams
+from pgn_tf.decoding.beam_state import tile_beams
 from pgn_tf.decoding.constraints import Constraints
 from pgn_tf.layers import pointer
+from pgn_tf.metrics import rewards
 from pgn_tf.vocab import START_ID, STOP_ID, UNK_ID
 
 _NEG = -1e30

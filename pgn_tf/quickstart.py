@@ -19,18 +19,22 @@ import os
 
 import tensorflow as tf
 
-from pgn_tf import evaluation, export
 from pgn_tf.data import dataset
-from pgn_tf.inference import Summarizer
+from pgn_tf.inference.evaluator import evaluate
+from pgn_tf.inference.summarizer import Summarizer
+from pgn_tf.saved_model import export
 from pgn_tf.training.run import train
+from pgn_tf.utils import logs
 from pgn_tf.utils.errors import run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
 
-def run(args) -> None:
-    model_dir = os.path.join(args.workdir, "model")
+def walk_through(workdir: str, overrides: list[str]) -> None:
+    """The four steps, each printed as it runs: what the command shows is its result, so this
+    one, unlike the other commands' library calls, prints. Each step is one library call."""
+    model_dir = os.path.join(workdir, "model")
     print(f"== 1. training the tiny pointer-generator in {model_dir}")
-    train(model_dir, "tiny", args.set)
+    train(model_dir, "tiny", overrides)
 
     print("\n== 2. summarizing validation articles")
     valid = os.path.join(model_dir, "synthetic", "validation-00000-of-00001.tfrecord")
@@ -39,10 +43,10 @@ def run(args) -> None:
     out = summarizer.summarize(tf.constant([e.article for e in examples]))
     for ex, s in zip(examples, out["summaries"].numpy()):
         print(f"article:   {ex.article[:110]}...\nreference: {ex.summary}\nsummary:   {s.decode()}\n")
-    print(json.dumps(evaluation.evaluate(valid, model_dir, limit=200, progress=False).metrics))
+    print(json.dumps(evaluate(valid, model_dir, limit=200, progress=False).metrics))
 
     print("\n== 3. exporting the SavedModel")
-    base = os.path.join(args.workdir, "export")
+    base = os.path.join(workdir, "export")
     path = export.export(model_dir, base, "pgn")
     print(path)
 
@@ -57,13 +61,20 @@ def run(args) -> None:
         print(f"server on localhost:{grpc_port} (REST {rest_port}) answered: {answer}")
     finally:
         stop_server(proc)
-    print("\nquickstart done: model, export and TensorBoard logs in", args.workdir)
+    print("\nquickstart done: model, export and TensorBoard logs in", workdir)
     print(f"  tensorboard --logdir {model_dir}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m pgn_tf.quickstart", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.quickstart",
+                                description=__doc__.splitlines()[0])
     p.add_argument("--workdir", default="runs/quickstart")
     p.add_argument("--set", action="append", default=[], help="config overrides for training")
     add_verbose_flag(p)
-    return run_cli("pgn_tf.quickstart", run, p.parse_args(argv))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    with logs.to_stdout():  # training's lines ([pgn_tf] ...) between the steps
+        return run_cli("pgn_tf.quickstart", walk_through, a.workdir, a.set)

@@ -105,3 +105,22 @@ def detokenize(text: tf.Tensor) -> tf.Tensor:
     text = tf.strings.regex_replace(text, r" ([.,;:!?)\]}]|'s|'ll|'re|'ve|'m|'d|n't)(\s|$)", r"\1\2")
     text = tf.strings.regex_replace(text, r"([(\[{]) ", r"\1")
     return tf.strings.strip(text)
+
+
+def is_word(token: str) -> bool:
+    """A word token holds a letter or a digit; punctuation holds neither. The repeated-word
+    block (decode.block_repeated_words) and evaluate's word-repetition rates count these."""
+    return any(c.isalnum() for c in token)
+
+
+def tokens_to_sentences(tokens: list[str]) -> str:
+    """Tokens -> text with one sentence a line (rougeLsum's input convention)."""
+    lines, cur = [], []
+    for t in tokens:
+        cur.append(t)
+        if t in SENTENCE_END_TOKENS:
+            lines.append(" ".join(cur))
+            cur = []
+    if cur:
+        lines.append(" ".join(cur))
+    return "\n".join(lines)

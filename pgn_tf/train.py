@@ -27,19 +27,13 @@ if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf
 
     raise SystemExit(run_command("pgn_tf.train"))
 import argparse
+import json
 
-from pgn_tf.data import dataset
+from pgn_tf.data.articles import EXAMPLE_FORMATS
 from pgn_tf.training import run as training_run
+from pgn_tf.utils import logs
 from pgn_tf.utils.errors import run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
-
-
-def run(args) -> dict:
-    """The parsed flags -> pgn_tf.training.run.train (the library call); its summary."""
-    return training_run.train(
-        args.model_dir, args.config, args.set, args.train_data, args.eval_data,
-        args.data_format, strategy=args.strategy, cpu_devices=args.cpu_devices,
-        progress=not args.quiet)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--train_data", help="TFRecord glob, JSONL(.gz), .story dir, .bin glob or "
                    "tfds:DATA_DIR[:split]; default: the synthetic corpus")
     p.add_argument("--eval_data")
-    p.add_argument("--data_format", choices=dataset.FORMATS)
+    p.add_argument("--data_format", choices=EXAMPLE_FORMATS)
     p.add_argument("--model_dir", default="runs/quickstart")
     p.add_argument("--strategy", default="mirrored", help="mirrored | multi_worker | default")
     p.add_argument("--cpu_devices", type=int, default=1,
@@ -62,4 +56,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli("pgn_tf.train", run, build_parser().parse_args(argv))
+    """Parses the flags, calls pgn_tf.training.run.train with them (its log lines shown as
+    `[pgn_tf] ...`) and prints its result as one JSON line; 2 on an error the user can fix."""
+    a = build_parser().parse_args(argv)
+
+    def train() -> None:
+        result = training_run.train(
+            a.model_dir, a.config, a.set, a.train_data, a.eval_data, a.data_format,
+            strategy=a.strategy, cpu_devices=a.cpu_devices, progress=not a.quiet)
+        print("[pgn_tf] " + json.dumps(result.as_dict()), flush=True)
+
+    with logs.to_stdout():
+        return run_cli("pgn_tf.train", train)

@@ -13,18 +13,15 @@ from apache_beam.io import fileio
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from pgn_tf.data.articles import parse_example
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.pipelines.portable import Count, MatchParts, counts_of
 
-FORMATS = ("jsonl", "story", "see_bin", "tfds", "parallel")
-
 
 def _parse_jsonl_line(raw: bytes):
-    from pgn_tf.data import jsonl
-
     stats = ReadStats()
     # Without an id in the record, the article's hash is a stable one on any runner.
-    ex = jsonl.parse_line(raw, "sha1:" + hashlib.sha1(raw).hexdigest()[:16], stats)
+    ex = parse_example(raw, "sha1:" + hashlib.sha1(raw).hexdigest()[:16], stats)
     if ex is not None:
         yield ex
     yield from counts_of(stats)
@@ -40,7 +37,7 @@ def _parse_jsonl_file(readable):
         f = gzip.GzipFile(fileobj=raw) if readable.metadata.path.endswith(".gz") else raw
         for _, line in jsonl.lines(f, readable.metadata.path, stats):
             line = line.rstrip(b"\r\n")  # as the text source strips it
-            ex = jsonl.parse_line(line, "sha1:" + hashlib.sha1(line).hexdigest()[:16], stats)
+            ex = parse_example(line, "sha1:" + hashlib.sha1(line).hexdigest()[:16], stats)
             if ex is not None:
                 yield ex
     yield from counts_of(stats)

@@ -52,17 +52,21 @@ import copy
 import functools
 import hashlib
 import json
+import logging
 import os
 import shutil
-import socket
 import time
 
 import yaml
 
-from pgn_tf.utils import durable
+from pgn_tf.pipelines.push import PUSHED_BY, push, served_versions  # noqa: F401 (PUSHED_BY)
+from pgn_tf.utils import durable, logs
 from pgn_tf.utils.dirlock import DirLock, process_alive
 from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
+
+# a command shows it as [pipelines.run] lines (pgn_tf.utils.logs)
+log = logging.getLogger("pgn_tf.pipelines.run")
 
 DEFAULTS = {
     "run_dir": "runs/pipeline",
@@ -74,7 +78,6 @@ DEFAULTS = {
     "push": {"serving_base": None},
 }
 COMPLETE = "_COMPLETE.json"
-PUSHED_BY = os.path.join("assets.extra", "pushed_by.json")  # in a pushed version dir
 
 
 # -- config ---------------------------------------------------------------------------------
@@ -141,16 +144,16 @@ def run_step(run_dir: str, name: str, fn, inputs: dict, resumable: bool = False)
         with open(marker) as f:
             done = json.load(f)
         if done["fingerprint"] == fp:
-            print(f"[pipelines.run] {name}: done earlier, skipped", flush=True)
+            log.info("%s: done earlier, skipped", name)
             return done["outputs"]
         changed = ", ".join({"after": "an earlier step"}.get(k, k)
                             for k in _changed_keys(done.get("inputs", {}), inputs)) or "inputs"
-        print(f"[pipelines.run] {name}: {changed} changed, running again from scratch", flush=True)
+        log.info("%s: %s changed, running again from scratch", name, changed)
         shutil.rmtree(out_dir)
     elif os.path.isdir(out_dir) and not resumable:
         shutil.rmtree(out_dir)  # a step that did not complete
     os.makedirs(out_dir, exist_ok=True)
-    print(f"[pipelines.run] {name}: running", flush=True)
+    log.info("%s: running", name)
     t0 = time.perf_counter()
     # Downstream steps take this fingerprint as an input, so they re-run when this one did.
     outputs = dict(fn(inputs, out_dir), fingerprint=fp)
@@ -187,10 +190,10 @@ def split_runner(beam_args: list[str]) -> tuple[str, list[str]]:
 
 
 def preprocess_step(inputs: dict, out_dir: str) -> dict:
-    from pgn_tf.pipelines import preprocess
+    from pgn_tf.pipelines import preprocessing
 
     runner, beam_args = split_runner(list(inputs["beam_args"]))
-    stats = preprocess.preprocess_corpus(
+    stats = preprocessing.preprocess_corpus(
         inputs["input"], out_dir, fmt=inputs["format"], vocab_size=inputs["vocab_size"],
         min_count=inputs["min_count"], split=inputs["split"], runner=runner,
         beam_args=beam_args)
@@ -212,149 +215,72 @@ def train_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:
 
 
 def export_step(inputs: dict, out_dir: str) -> dict:
-    from pgn_tf import export
+    from pgn_tf.saved_model import export
 
     return {"saved_model": export.export(inputs["model_dir"], out_dir, "model", version=1)}
 
 
-def validation_examples(pattern: str, limit: int):
-    from pgn_tf.data.dataset import read_split
+def score_saved_model(path: str, validation: str, limit: int, batch_size: int,
+                      verbose: int = 1) -> dict:
+    """The one evaluator (pgn_tf.inference.evaluator.evaluate) on an export: the first `limit`
+    validation examples decoded with the exact tokens it would serve (its summarize_verbose
+    signature) and scored as pgn_tf.evaluate scores them; a progress bar counts the articles."""
+    from pgn_tf.inference.evaluator import evaluate
 
-    return read_split(pattern, "tfrecord", limit)
-
-
-def score_saved_model(path: str, examples, batch_size: int, verbose: int = 1) -> dict:
-    """Decodes examples with a SavedModel (the exact tokens it would serve: its
-    summarize_verbose signature, through the one batched decode, SummarizerAPI.decode) and
-    scores them as pgn_tf.evaluate does; a progress bar counts the articles decoded."""
-    from pgn_tf import scoring
-    from pgn_tf.evaluation import decode_split
-    from pgn_tf.inference import Summarizer
-
-    summarizer = Summarizer.from_saved_model(path)
-    decoded = decode_split(summarizer, examples, batch_size=batch_size, verbose=verbose).tokens
-    data = summarizer.cfg.data
-    articles = scoring.tokenize_texts([e.article for e in examples], data)
-    references = [scoring.reference_text(e.summary, data) for e in examples]
-    return {"system": path, "examples": len(examples),
-            **scoring.score(decoded, references, articles)}
+    result = evaluate(validation, saved_model=path, data_format="tfrecord", limit=limit,
+                      batch_size=batch_size, progress=bool(verbose))
+    return {**result.metrics, "system": path}
 
 
-def lead_metrics(examples, lead_words: int) -> dict:
-    from pgn_tf import config as config_lib
-    from pgn_tf import scoring
+def lead_metrics(validation: str, limit: int, lead_words: int) -> dict:
+    """The lead baseline (the first lead_words words) scored by the one evaluator."""
+    from pgn_tf.inference.evaluator import evaluate
 
-    data = config_lib.Config().data
-    articles = scoring.tokenize_texts([e.article for e in examples], data)
-    references = [scoring.reference_text(e.summary, data) for e in examples]
-    decoded = [scoring.lead(a, None, lead_words) for a in articles]
-    return {"system": f"lead{lead_words}w", "examples": len(examples),
-            **scoring.score(decoded, references, articles)}
+    return evaluate(validation, data_format="tfrecord", limit=limit, baseline="lead",
+                    lead_words=lead_words, progress=False).metrics
 
 
 def evaluate_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:
-    examples = validation_examples(inputs["validation"], inputs["limit"])
-    metrics = score_saved_model(inputs["saved_model"], examples, inputs["batch_size"], verbose)
+    metrics = score_saved_model(inputs["saved_model"], inputs["validation"], inputs["limit"],
+                                inputs["batch_size"], verbose)
     with open(os.path.join(out_dir, "metrics.json"), "w") as f:
         json.dump(metrics, f, indent=2)
-    print(f"[pipelines.run] candidate: {json.dumps(metrics)}", flush=True)
+    log.info("candidate: %s", json.dumps(metrics))
     return {"metrics": metrics}
-
-
-def served_versions(serving_base: str) -> list[int]:
-    if not os.path.isdir(serving_base):
-        return []
-    return sorted(int(d) for d in os.listdir(serving_base) if d.isdigit())
 
 
 def bless_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:
     metric, margin = inputs["metric"], float(inputs["margin"])
     candidate = inputs["candidate"][metric]
-    examples = validation_examples(inputs["validation"], inputs["limit"])
     versions = served_versions(inputs["serving_base"])
     if versions:
         path = os.path.join(inputs["serving_base"], str(versions[-1]))
-        baseline = score_saved_model(path, examples, inputs["batch_size"], verbose)
+        baseline = score_saved_model(path, inputs["validation"], inputs["limit"],
+                                     inputs["batch_size"], verbose)
         baseline["version"] = versions[-1]
     else:
-        baseline = lead_metrics(examples, inputs["lead_words"])
+        baseline = lead_metrics(inputs["validation"], inputs["limit"], inputs["lead_words"])
     blessed = bool(candidate > baseline[metric] + margin)
     verdict = {"blessed": blessed, "metric": metric, "margin": margin, "candidate": candidate,
                "baseline": baseline["system"], "baseline_value": baseline[metric],
                "baseline_version": baseline.get("version")}
     with open(os.path.join(out_dir, "baseline_metrics.json"), "w") as f:
         json.dump(baseline, f, indent=2)
-    print(f"[pipelines.run] bless: {json.dumps(verdict)}", flush=True)
+    log.info("bless: %s", json.dumps(verdict))
     return verdict
-
-
-def pushed_version(serving_base: str, push_id: str) -> int | None:
-    """The version a push with this id already published, if any (read from each version's
-    assets.extra/pushed_by.json)."""
-    for version in reversed(served_versions(serving_base)):
-        try:
-            with open(os.path.join(serving_base, str(version), PUSHED_BY)) as f:
-                if json.load(f).get("push_id") == push_id:
-                    return version
-        except (OSError, ValueError):
-            continue
-    return None
-
-
-def push(saved_model: str, serving_base: str, push_id: str) -> tuple[int, str, bool]:
-    """Publishes a SavedModel as serving_base/<highest + 1>/, once per push_id.
-
-    Copied under a dot-name on the same file system, marked with push_id, fsynced, then
-    renamed (atomic) and the directory fsynced. If a version already carries push_id (an
-    earlier attempt was killed after its rename), that version is returned instead.
-    Returns (version, path, already pushed)."""
-    os.makedirs(serving_base, exist_ok=True)
-    done = pushed_version(serving_base, push_id)
-    if done is not None:
-        return done, os.path.join(serving_base, str(done)), True
-    # .push-<pid>-<ms>-<host>: clean_leftovers removes it once that process is gone.
-    tmp = os.path.join(serving_base, f".push-{os.getpid()}-{int(time.time() * 1000)}-"
-                                     f"{socket.gethostname()}")
-    try:
-        shutil.copytree(saved_model, tmp)
-        os.makedirs(os.path.join(tmp, "assets.extra"), exist_ok=True)
-        with open(os.path.join(tmp, PUSHED_BY), "w") as f:
-            json.dump({"push_id": push_id, "saved_model": os.path.abspath(saved_model),
-                       "pid": os.getpid(), "host": socket.gethostname(),
-                       "time": time.strftime("%Y-%m-%d %H:%M:%S %z")}, f, indent=2)
-        durable.fsync_tree(tmp)
-        while True:  # another pusher may take a number first; rename never overwrites a dir
-            versions = served_versions(serving_base)
-            version = (versions[-1] + 1) if versions else 1
-            final = os.path.join(serving_base, str(version))
-            try:
-                publish(tmp, final)
-            except OSError:
-                if not os.path.exists(final):
-                    raise
-                continue
-            durable.fsync_dir(serving_base)
-            return version, final, False
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)  # gone after a rename; a failed copy's remains
-
-
-def publish(tmp: str, final: str) -> None:
-    """The rename that makes a pushed version visible to servers."""
-    os.rename(tmp, final)
 
 
 def push_step(inputs: dict, out_dir: str) -> dict:
     if not inputs["blessed"]:
-        print("[pipelines.run] push: not blessed, nothing pushed", flush=True)
+        log.info("push: not blessed, nothing pushed")
         return {"pushed": False}
     version, path, already = push(inputs["saved_model"], inputs["serving_base"],
                                   fingerprint(inputs))
     if already:
-        print(f"[pipelines.run] push: version {version} -> {path} (pushed by an earlier, "
-              f"interrupted run of this step; not pushed again)", flush=True)
+        log.info("push: version %d -> %s (pushed by an earlier, interrupted run of this step; "
+                 "not pushed again)", version, path)
     else:
-        print(f"[pipelines.run] push: version {version} -> {path}", flush=True)
+        log.info("push: version %d -> %s", version, path)
     return {"pushed": True, "version": version, "path": path}
 
 
@@ -406,8 +332,8 @@ def run(cfg: dict, verbose: int | None = None) -> dict:
     with DirLock(run_dir, what="pipeline run dir"):
         removed = clean_leftovers(run_dir, cfg["push"]["serving_base"])
         if removed:
-            print(f"[pipelines.run] removed {len(removed)} leftover(s) of an interrupted run: "
-                  f"{', '.join(removed)}", flush=True)
+            log.info("removed %d leftover(s) of an interrupted run: %s", len(removed),
+                     ", ".join(removed))
         durable.write_json(os.path.join(run_dir, "pipeline.json"), cfg, indent=2)
         return run_steps(cfg, verbose)
 
@@ -456,11 +382,6 @@ def run_steps(cfg: dict, verbose: int = 1) -> dict:
     return out
 
 
-def main_args(args) -> None:
-    out = run(load_config(args.config, args.set), verbose=0 if args.quiet else None)
-    print("[pipelines.run] " + json.dumps({"blessed": out["bless"]["blessed"], **out["push"]}))
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pgn_tf.pipelines.run",
                                 description=__doc__.splitlines()[0])
@@ -473,4 +394,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli("pgn_tf.pipelines.run", main_args, build_parser().parse_args(argv))
+    """Parses the flags, runs the flow (each step's lines shown as `[pipelines.run] ...`) and
+    prints whether the model was blessed and where it was pushed."""
+    a = build_parser().parse_args(argv)
+
+    def flow() -> None:
+        out = run(load_config(a.config, a.set), verbose=0 if a.quiet else None)
+        print("[pipelines.run] " + json.dumps({"blessed": out["bless"]["blessed"],
+                                               **out["push"]}), flush=True)
+
+    with logs.to_stdout():
+        return run_cli("pgn_tf.pipelines.run", flow)

@@ -23,7 +23,7 @@ import shutil
 import subprocess
 import tempfile
 
-from pgn_tf.serving_contract import ARTICLES, SERVING_DEFAULT
+from pgn_tf.saved_model.contract import ARTICLES, SERVING_DEFAULT
 from pgn_tf.utils.quiet import add_verbose_flag
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "saved_model_run.c")

@@ -14,7 +14,7 @@ once its last request is answered (LoadedVersion.live() counts the versions aliv
 
 What the export promises the server (its input limits, the decoding defaults that size a
 request's work budget) is read from the SavedModel itself when a version loads
-(pgn_tf.serving_contract); a version whose contract cannot be read is served with the
+(pgn_tf.saved_model.contract); a version whose contract cannot be read is served with the
 conservative contract, serving_contract.CONSERVATIVE, and one warning naming the model, the
 version and what was wrong. The assets.extra/ files of an export are not read for limits: a copy
 of only saved_model.pb and variables/ is held to the same limits as the full export.
@@ -42,7 +42,7 @@ from collections.abc import Callable
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from pgn_tf import serving_contract
+from pgn_tf.saved_model import contract as serving_contract
 from pgn_tf.serving.status import echo, not_found, redact
 
 log = logging.getLogger("serving")
@@ -67,7 +67,7 @@ class Signature:
 class LoadedVersion:
     """One loaded SavedModel version: its signatures, signature defs and serving contract.
 
-    `contract` is the export's pgn_tf.serving_contract.ServingContract, read from the SavedModel
+    `contract` is the export's pgn_tf.saved_model.contract.ServingContract, read from the SavedModel
     (read_contract), or serving_contract.CONSERVATIVE when it cannot be read; `contract_problem`
     then says why (None when it was read). `input_limits` is the contract's
     {signature: {scalar input: (low, high)}} (the ranges the graph asserts; serving.validation
@@ -415,7 +415,7 @@ class ModelRegistry:
     def model(self, name: str) -> ServedModel:
         m = self.models.get(name)
         if m is None:
-            raise not_found(f"Servable not found for request: model '{name[:200]}' is not served "
+            raise not_found(f"Servable not found for request: model '{echo(name)}' is not served "
                             f"(serving: {', '.join(sorted(self.models))})")
         return m
 

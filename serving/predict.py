@@ -9,7 +9,7 @@ hypothesis is bounded, and the article bytes by --max_request_bytes). The inputs
 and `max_decode_steps` (summarize_options) give the beam and the steps; other signatures use
 the export's decoding defaults. Both those defaults and the ranges of the scalar inputs come
 from the serving contract stored in the SavedModel (LoadedVersion.contract,
-pgn_tf.serving_contract). The budget is --max_decode_work, or by default what the largest
+pgn_tf.saved_model.contract). The budget is --max_decode_work, or by default what the largest
 serving_default request may cost: --max_batch_rows x the export's beam size x its max decoding
 steps. A request over it is refused before it runs. A version whose contract cannot be read is
 held to the conservative contract (serving_contract.CONSERVATIVE: beam 4 x 120 steps a row,
@@ -22,14 +22,14 @@ import time
 
 import tensorflow as tf
 
-from pgn_tf import serving_contract
+from pgn_tf.saved_model import contract as serving_contract
+from pgn_tf.saved_model.contract import ARTICLES, BEAM_SIZE, MAX_DECODE_STEPS, SERVING_DEFAULT
 from pgn_tf.serving import validation
 from pgn_tf.serving.batching import BatchScheduler
 from pgn_tf.serving.cancel import Call, Watchdog
 from pgn_tf.serving.metrics import Metrics
 from pgn_tf.serving.models import LoadedVersion, ModelRegistry, Signature, describe_limits
-from pgn_tf.serving.status import Code, RequestError, from_exception, invalid
-from pgn_tf.serving_contract import ARTICLES, BEAM_SIZE, MAX_DECODE_STEPS, SERVING_DEFAULT
+from pgn_tf.serving.status import Code, RequestError, echo, from_exception, invalid
 
 DEFAULT_SIGNATURE = SERVING_DEFAULT
 
@@ -69,7 +69,7 @@ class Predictor:
     def signature(loaded: LoadedVersion, name: str) -> Signature:
         sig = loaded.signatures.get(name or DEFAULT_SIGNATURE)
         if sig is None:
-            raise invalid(f"Serving signature name: '{(name or '')[:200]}' not found in signature "
+            raise invalid(f"Serving signature name: '{echo(name or '')}' not found in signature "
                           f"def (available: {', '.join(sorted(loaded.signatures))})")
         return sig
 

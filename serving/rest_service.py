@@ -21,8 +21,13 @@ builds an object for each of them (an empty `{}` costs 64 bytes, 20 times its te
 under the byte cap could still cost gigabytes. A body of more than `--rest_api_max_json_values`
 values is refused at once with 400, its parse memory bounded by that count.
 
-Errors are `{"error": "..."}` with TF Serving's HTTP status for the gRPC code (serving.status).
-The version a request names is resolved once, so a swap in between cannot answer 404.
+Errors are `{"error": "..."}` with TF Serving's HTTP status for the gRPC code (serving.status),
+and so are waitress' own refusals (400, 413, 431, 501, 500: `_JsonErrorTask`). Every response
+says what it is: `Content-Type: application/json` (the explanation page its HTML, the metrics
+Prometheus' text) and `X-Content-Type-Options: nosniff`, so a browser never reads a JSON body,
+which may quote a request's text, as a page; in JSON bodies `<`, `>` and `&` are written as
+`\\u003c`, `\\u003e`, `\\u0026` besides. The version a request names is resolved once, so a swap in
+between cannot answer 404.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from google.protobuf import json_format
 from waitress.channel import HTTPChannel
 from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import create_server
+from waitress.task import ErrorTask
 
 from pgn_tf.serving import explain
 from pgn_tf.serving.cancel import Call
@@ -53,6 +59,16 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
             412: "Precondition Failed", 429: "Too Many Requests", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented", 503: "Service Unavailable",
             504: "Gateway Timeout"}
+# On every response, whatever its status or route (a browser must not guess a type).
+HARDENED_HEADERS = [("X-Content-Type-Options", "nosniff")]
+JSON_CONTENT_TYPE = "application/json"
+
+
+def json_body(payload) -> bytes:
+    """`payload` as JSON whose text has no "<", ">" or "&" (escaped as \\u003c, ...): a body
+    quoting a request's text stays inert even where something renders it as HTML."""
+    text = json.dumps(payload)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").encode()
 
 
 def _json_value(v):
@@ -163,6 +179,15 @@ class RestApp:
         self.explain_page = explain_page
 
     def __call__(self, environ, start_response):
+        def start_hardened(status, headers, *exc_info):
+            return start_response(status, headers + HARDENED_HEADERS, *exc_info)
+
+        body = self._respond(environ, start_hardened)
+        # waitress sends whatever body the application returns, a HEAD answer's too, where the
+        # client reads none: the rest would be read as the next response on the connection
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else body
+
+    def _respond(self, environ, start_response):
         started = time.perf_counter()
         method = environ.get("REQUEST_METHOD", "GET")
         # WSGI gives the path as latin-1 text of the raw (percent-decoded) bytes.
@@ -205,10 +230,9 @@ class RestApp:
                 self.metrics.observe_request(model, seen.get("version"), api, "rest", code.name,
                                              started)
         status = HTTP_STATUS.get(code, 500)
-        body = json.dumps(payload).encode()
+        body = json_body(payload)
         start_response(f"{status} {_REASONS.get(status, 'Error')}",
-                       [("Content-Type", "application/json"),
-                        ("Content-Length", str(len(body)))])
+                       [("Content-Type", JSON_CONTENT_TYPE), ("Content-Length", str(len(body)))])
         return [body]
 
     # -- GET .../explain: the explanation page ----------------------------------------------
@@ -223,7 +247,6 @@ class RestApp:
         start_response("200 OK", [("Content-Type", "text/html; charset=utf-8"),
                                   ("Content-Length", str(len(body))),
                                   ("Content-Security-Policy", explain.CSP),
-                                  ("X-Content-Type-Options", "nosniff"),
                                   ("Cache-Control", "no-store")])
         return [body]
 
@@ -355,8 +378,26 @@ class _StrictParser(HTTPRequestParser):
                                "Transfer-Encoding")
 
 
+class _JsonErrorTask(ErrorTask):
+    """waitress' own refusals, answered before the application sees the request (a malformed
+    request 400, a body over the cap 413, headers over theirs 431, an unknown
+    Transfer-Encoding 501, a failure 500), in this API's form: `{"error": ...}` quoting the
+    request only cut (serving.status.echo), with the hardened headers. The connection is
+    closed after it, as waitress does."""
+
+    def execute(self):
+        error = self.request.error
+        body = json_body({"error": f"{error.reason}: {echo(str(error.body))}"})
+        self.status = f"{error.code} {error.reason}"
+        self.response_headers.extend([("Content-Type", JSON_CONTENT_TYPE), *HARDENED_HEADERS])
+        self.set_close_on_finish()
+        self.content_length = len(body)
+        self.write(body)
+
+
 class _StrictChannel(HTTPChannel):
     parser_class = _StrictParser
+    error_task_class = _JsonErrorTask
 
 
 def make_server(app: RestApp, host: str, port: int, threads: int, connection_limit: int,

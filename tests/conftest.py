@@ -76,7 +76,7 @@ def trained_model_dir(tmp_path_factory, corpus):
 @pytest.fixture(scope="session")
 def exported(trained_model_dir, tmp_path_factory):
     """(export_base, name, version dir) of the trained model."""
-    from pgn_tf import export
+    from pgn_tf.saved_model import export
 
     def build(base):
         return [str(base), "pgn", export.export(trained_model_dir, str(base), "pgn", version=1)]

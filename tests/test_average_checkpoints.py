@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pgn_tf import average_checkpoints
 from pgn_tf.model_dir import ModelDir, restore_model
 from pgn_tf.models import build_model
+from pgn_tf.training.averaging import average_checkpoints
 from pgn_tf.utils.errors import UserError
 
 
@@ -21,7 +21,7 @@ def test_average_of_the_last_checkpoints_is_a_loadable_model_dir(trained_model_d
         restore_model(model, p)
         values.append([v.numpy() for v in model.trainable_variables])
     out = str(tmp_path / "avg")
-    saved = average_checkpoints.average(trained_model_dir, 2, out)
+    saved = average_checkpoints(trained_model_dir, 2, out).checkpoint
     got_cfg, _, averaged, path = ModelDir(out).load_model()
     assert path == saved and got_cfg.to_dict() == cfg.to_dict()
     assert not any("optimizer" in n for n, _ in tf.train.list_variables(saved))
@@ -35,4 +35,4 @@ def test_average_of_the_last_checkpoints_is_a_loadable_model_dir(trained_model_d
 
 def test_too_few_checkpoints_is_a_clear_error(trained_model_dir, tmp_path):
     with pytest.raises(UserError, match="fewer than --last 50"):
-        average_checkpoints.average(trained_model_dir, 50, str(tmp_path / "x"))
+        average_checkpoints(trained_model_dir, 50, str(tmp_path / "x"))

@@ -1,42 +1,52 @@
-"""benchmarks/ is a package run as `python -m benchmarks.NAME`: no script edits sys.path, and its
-modules import no cycle (every import of a benchmarks module, at any depth of the file)."""
+"""benchmarks/ (speed and memory) and studies/ (research) are packages run as
+`python -m benchmarks.NAME` and `python -m studies.NAME`: no script edits sys.path, their modules
+import no cycle (every import of a module of either, at any depth of the file), and the research
+stays apart from the product: no benchmark, and no module of pgn_tf, serving or pipelines,
+imports a study."""
 
 import ast
 import os
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BENCHMARKS = os.path.join(ROOT, "benchmarks")
+PACKAGES = ("benchmarks", "studies")
 
 
 def imports_of(path: str) -> set[str]:
-    """The benchmarks modules a file imports anywhere in it (top level or inside functions)."""
+    """The benchmarks and studies modules ("package.name") a file imports anywhere in it (top
+    level or inside functions)."""
     found = set()
     for node in ast.walk(ast.parse(open(path).read())):
         if isinstance(node, ast.ImportFrom) and node.module:
-            if node.module == "benchmarks":
-                found.update(a.name for a in node.names)
-            elif node.module.startswith("benchmarks."):
-                found.add(node.module.split(".")[1])
+            if node.module in PACKAGES:
+                found.update(f"{node.module}.{a.name}" for a in node.names)
+            elif node.module.split(".")[0] in PACKAGES:
+                found.add(".".join(node.module.split(".")[:2]))
         elif isinstance(node, ast.Import):
-            found.update(a.name.split(".")[1] for a in node.names
-                         if a.name.startswith("benchmarks."))
+            found.update(".".join(a.name.split(".")[:2]) for a in node.names
+                         if a.name.split(".")[0] in PACKAGES and "." in a.name)
     return found
 
 
-def modules() -> dict[str, set[str]]:
-    return {name[:-3]: imports_of(os.path.join(BENCHMARKS, name))
-            for name in sorted(os.listdir(BENCHMARKS)) if name.endswith(".py")}
+def modules(package: str) -> dict[str, set[str]]:
+    folder = os.path.join(ROOT, package)
+    return {f"{package}.{name[:-3]}": imports_of(os.path.join(folder, name))
+            for name in sorted(os.listdir(folder)) if name.endswith(".py")}
 
 
-def test_no_benchmark_edits_sys_path():
-    edits = [name for name in os.listdir(BENCHMARKS) if name.endswith(".py")
-             and "sys.path" in open(os.path.join(BENCHMARKS, name)).read()]
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_script_edits_sys_path(package):
+    folder = os.path.join(ROOT, package)
+    edits = [name for name in os.listdir(folder) if name.endswith(".py")
+             and "sys.path" in open(os.path.join(folder, name)).read()]
     assert edits == []
 
 
-def test_the_benchmarks_import_no_cycle():
-    graph = modules()
-    assert "runner" in graph["compare_peer"] and "quality_table" in graph["digest_table"]
+def test_the_packages_import_no_cycle():
+    graph = {**modules("benchmarks"), **modules("studies")}
+    assert "benchmarks.runner" in graph["benchmarks.compare_peer"]
+    assert "studies.quality_table" in graph["studies.digest_table"]
     visiting, done = [], set()
 
     def visit(name):
@@ -53,8 +63,21 @@ def test_the_benchmarks_import_no_cycle():
         visit(name)
 
 
+def test_research_stays_apart_from_the_product():
+    """Studies may use the benchmarks' runner and helpers; nothing else imports a study."""
+    importers = []
+    for top in ("pgn_tf", "serving", "pipelines", "benchmarks"):
+        for folder, _, names in os.walk(os.path.join(ROOT, top)):
+            for name in names:
+                path = os.path.join(folder, name)
+                if name.endswith(".py") and any(m.startswith("studies.")
+                                                for m in imports_of(path)):
+                    importers.append(os.path.relpath(path, ROOT))
+    assert importers == []
+
+
 def test_imports_inside_functions_count(tmp_path):
-    (tmp_path / "a.py").write_text("from benchmarks import b\n")
+    (tmp_path / "a.py").write_text("from studies import b\n")
     (tmp_path / "b.py").write_text("def f():\n    from benchmarks.a import x\n")
     graph = {n[:-3]: imports_of(str(tmp_path / n)) for n in ("a.py", "b.py")}
-    assert graph == {"a": {"b"}, "b": {"a"}}
+    assert graph == {"a": {"studies.b"}, "b": {"benchmarks.a"}}

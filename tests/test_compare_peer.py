@@ -3,7 +3,7 @@ line is missing."""
 
 import pytest
 
-from benchmarks import compare_peer
+from benchmarks import compare_peer, peer, peer_table
 from pgn_tf.utils.errors import UserError
 
 # bench.sh's output (both modes), its training log's parameter lines included.
@@ -17,7 +17,7 @@ peer decoding: 2865 articles in 33.1 s = 86.6 articles/s (translation time; 36.0
 
 
 def test_every_figure_of_both_modes_is_read():
-    assert compare_peer.parse_peer(OUTPUT) == {
+    assert peer.parse_peer(OUTPUT) == {
         "train_src_tokens_per_sec": 5437.0, "train_sec_per_step": 0.373,
         "train_steps": "150-300", "params": 11480833, "decode_articles": 2865,
         "decode_seconds": 33.1, "decode_articles_per_sec": 86.6,
@@ -26,46 +26,46 @@ def test_every_figure_of_both_modes_is_read():
 
 def test_a_mode_needs_only_its_own_lines():
     decode_only = OUTPUT.splitlines()[-1]
-    assert compare_peer.parse_peer(decode_only, "decode")["decode_articles_per_sec"] == 86.6
-    train = compare_peer.parse_peer("\n".join(OUTPUT.splitlines()[:4]), "train")
+    assert peer.parse_peer(decode_only, "decode")["decode_articles_per_sec"] == 86.6
+    train = peer.parse_peer("\n".join(OUTPUT.splitlines()[:4]), "train")
     assert (train["params"], train["train_sec_per_step"]) == (11480833, 0.373)
 
 
 def test_a_missing_line_is_named_with_the_output_tail():
     broken = OUTPUT.replace("peer decoding", "Traceback: onmt_translate failed\n#")
     with pytest.raises(UserError, match="(?s)no .peer decoding: .*onmt_translate failed"):
-        compare_peer.parse_peer(broken)
+        peer.parse_peer(broken)
 
 
 def test_ratios_are_ours_over_the_peer_and_skip_missing_figures():
     mine = {"train_src_tokens_per_sec": 2718.5, "train_sec_per_step": 0.746, "params": 100}
     peer = {"train_src_tokens_per_sec": 5437.0, "train_sec_per_step": 0.373}
-    assert compare_peer.ratios(mine, peer) == {"train_src_tokens_per_sec": 0.5,
+    assert peer_table.ratios(mine, peer) == {"train_src_tokens_per_sec": 0.5,
                                                "train_sec_per_step": 2.0}
 
 
 def test_the_peer_examples_per_second_come_from_its_batch_of_sentences(tmp_path):
     (tmp_path / "onmt-ref.yaml").write_text("batch_size: 32\nbatch_type: sents\n")
-    assert compare_peer.peer_batch_size(str(tmp_path)) == 32
+    assert peer.peer_batch_size(str(tmp_path)) == 32
     (tmp_path / "onmt-ref.yaml").write_text("batch_size: 4096\nbatch_type: tokens\n")
-    assert compare_peer.peer_batch_size(str(tmp_path)) is None
+    assert peer.peer_batch_size(str(tmp_path)) is None
     # the yaml bench.sh trained with, where it wrote one (PEER_CORPUS=digests halves the batch)
     (tmp_path / "onmt-ref.yaml").write_text("batch_size: 32\nbatch_type: sents\n")
     work = tmp_path / "work"
     work.mkdir()
-    assert compare_peer.peer_batch_size(str(tmp_path), str(work)) == 32
+    assert peer.peer_batch_size(str(tmp_path), str(work)) == 32
     (work / "run-300.yaml").write_text("batch_size: 16\nbatch_type: sents\n")
-    assert compare_peer.peer_batch_size(str(tmp_path), str(work)) == 16
+    assert peer.peer_batch_size(str(tmp_path), str(work)) == 16
 
 
 def test_the_token_rate_puts_summaries_of_unlike_lengths_on_one_scale():
-    mine = compare_peer.with_token_rate({"decode_articles_per_sec": 34.0,
+    mine = peer_table.with_token_rate({"decode_articles_per_sec": 34.0,
                                          "decode_mean_tokens": 17.5})
-    peer = compare_peer.with_token_rate({"decode_articles_per_sec": 3.2,
+    peer = peer_table.with_token_rate({"decode_articles_per_sec": 3.2,
                                          "decode_mean_tokens": 74.0})
     assert (mine["decode_tokens_per_sec"], peer["decode_tokens_per_sec"]) == (595.0, 236.8)
-    assert compare_peer.ratios(mine, peer)["decode_tokens_per_sec"] == 2.513
-    assert "decode_tokens_per_sec" not in compare_peer.with_token_rate(
+    assert peer_table.ratios(mine, peer)["decode_tokens_per_sec"] == 2.513
+    assert "decode_tokens_per_sec" not in peer_table.with_token_rate(
         {"decode_articles_per_sec": 3.2})
 
 
@@ -95,10 +95,10 @@ def test_the_variant_lines_give_ratios_to_the_default_and_the_reference():
     default = {"src_tokens_per_sec": 2000.0}
     variants = {"xla": {"src_tokens_per_sec": 3000.0, "sec_per_step": 0.5,
                         "precision": "float32"}}
-    line = compare_peer.variant_table(variants, default, {"train_src_tokens_per_sec": 6000.0})
+    line = peer_table.variant_table(variants, default, {"train_src_tokens_per_sec": 6000.0})
     assert line == ("variant xla: 3,000.0 source tokens/s, 0.5 s/step (float32), 1.50x the "
                     "default 0.50x the reference")
-    assert compare_peer.variant_table(variants, default, {}).endswith("1.50x the default")
+    assert peer_table.variant_table(variants, default, {}).endswith("1.50x the default")
 
 
 # -- the digests mode and peak RSS ---------------------------------------------------------------
@@ -131,12 +131,12 @@ def test_the_peer_is_told_its_corpus_and_its_figures_read(tmp_path):
     # a stand-in bench.sh: the lines of the real one, and the corpus it was given
     bench = tmp_path / "bench.sh"
     bench.write_text("echo \"corpus=$PEER_CORPUS\"\ncat <<'OUT'\n" + OUTPUT + "OUT\n")
-    figures = compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), corpus="digests")
+    figures = peer.run_peer(str(tmp_path), str(tmp_path / "work"), corpus="digests")
     assert figures["decode_articles_per_sec"] == 86.6 and figures["params"] == 11480833
     assert "train_peak_rss_mib" not in figures  # no onmt_train ran
     bench.write_text("echo \"corpus=$PEER_CORPUS\"; exit 3\n")
     with pytest.raises(UserError, match="(?s)exited with status 3.*corpus=digests"):
-        compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), corpus="digests")
+        peer.run_peer(str(tmp_path), str(tmp_path / "work"), corpus="digests")
 
 
 def test_a_peer_work_dir_holds_one_corpus(tmp_path):
@@ -248,7 +248,7 @@ def fake_peer_work(tmp_path, translate=FAKE_TRANSLATE, articles=6):
 
 def test_the_peer_decodes_its_train_mode_model_to_exactly_the_forced_length(tmp_path, capsys):
     work = fake_peer_work(tmp_path)
-    figures = compare_peer.peer_forced_decoding(str(work), 40)
+    figures = peer.peer_forced_decoding(str(work), 40)
     assert figures["decode_articles"] == 6 and figures["decode_seconds"] == 4.0
     assert figures["decode_articles_per_sec"] == 1.5
     assert figures["decode_mean_tokens"] == 40  # read back from its output file
@@ -260,10 +260,10 @@ def test_the_peer_decodes_its_train_mode_model_to_exactly_the_forced_length(tmp_
 def test_a_forced_decoding_that_fails_or_prints_no_time_says_why(tmp_path):
     work = fake_peer_work(tmp_path, translate="print('IndexError: out of range')\n")
     with pytest.raises(UserError, match="(?s)printing no translation time.*IndexError"):
-        compare_peer.peer_forced_decoding(str(work), 40)
+        peer.peer_forced_decoding(str(work), 40)
     (work / "run" / "model_step_300.pt").unlink()
     with pytest.raises(UserError, match="model_step_300.pt does not exist.*train"):
-        compare_peer.peer_forced_decoding(str(work), 40)
+        peer.peer_forced_decoding(str(work), 40)
 
 
 def test_a_train_mode_run_reads_no_earlier_runs_summaries(tmp_path):
@@ -271,9 +271,9 @@ def test_a_train_mode_run_reads_no_earlier_runs_summaries(tmp_path):
     bench.write_text("cat <<'OUT'\n" + OUTPUT + "OUT\n")
     (tmp_path / "work" / "run").mkdir(parents=True)
     (tmp_path / "work" / "run" / "valid.pred.txt").write_text("a b c\n")  # a decode run's
-    figures = compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), "train")
+    figures = peer.run_peer(str(tmp_path), str(tmp_path / "work"), "train")
     assert "decode_mean_tokens" not in figures and "decode_articles_per_sec" not in figures
-    figures = compare_peer.run_peer(str(tmp_path), str(tmp_path / "work"), "both")
+    figures = peer.run_peer(str(tmp_path), str(tmp_path / "work"), "both")
     assert figures["decode_mean_tokens"] == 3
 
 

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from pgn_tf import config
+from pgn_tf.utils import typed_fields
 
 
 def test_see2017_presets_hold_the_paper_values():
@@ -273,13 +274,13 @@ def test_a_new_field_is_checked_from_its_declaration_alone():
         mode: Literal["a", "b"] = "a"
         rate: Annotated[float, config.Range(0, 1)] = 0.5
 
-    hints = config._hints(Extra)
-    assert config._checked("x.mode", hints["mode"], "b") == "b"
-    assert config._checked("x.rate", hints["rate"], 1) == 1.0
+    hints = typed_fields.hints(Extra)
+    assert typed_fields.checked("x.mode", hints["mode"], "b") == "b"
+    assert typed_fields.checked("x.rate", hints["rate"], 1) == 1.0
     with pytest.raises(ValueError, match="'x.mode': expected one of 'a', 'b', got 'c'"):
-        config._checked("x.mode", hints["mode"], "c")
+        typed_fields.checked("x.mode", hints["mode"], "c")
     with pytest.raises(ValueError, match=r"'x.rate': expected in \[0, 1\], got 2.0"):
-        config._checked("x.rate", hints["rate"], 2.0)
+        typed_fields.checked("x.rate", hints["rate"], 2.0)
 
 
 def test_the_old_name_of_eval_skip_still_reads():

@@ -23,12 +23,16 @@ USAGE = os.path.join(ROOT, "docs", "usage.md")
 
 
 def setup_commands() -> dict:
-    """setup.py's COMMANDS, read without running setup()."""
+    """setup.py's console scripts {name: target}, from its console_scripts() (which reads
+    pgn_tf/commands.py's table), run without running setup()."""
     tree = ast.parse(open(os.path.join(ROOT, "setup.py")).read())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and node.targets[0].id == "COMMANDS":
-            return ast.literal_eval(node.value)
-    raise AssertionError("setup.py has no COMMANDS")
+        if isinstance(node, ast.FunctionDef) and node.name == "console_scripts":
+            scope: dict = {}
+            exec("import ast\n" + ast.unparse(node), scope)
+            scripts = scope["console_scripts"](os.path.join(ROOT, "pgn_tf", "commands.py"))
+            return dict(line.split(" = ") for line in scripts)
+    raise AssertionError("setup.py has no console_scripts()")
 
 
 COMMANDS = setup_commands()
@@ -69,6 +73,8 @@ def test_each_console_command_is_its_python_m_form(name, monkeypatch):
     quietly (docs/usage.md) and run the same main()."""
     module = commands.COMMANDS.get(name)
     assert module, f"{name} is in setup.py but not in pgn_tf.commands.COMMANDS"
+    assert COMMANDS[name] == "pgn_tf.commands:" + getattr(commands, COMMANDS[name].split(":")[1]
+                                                          ).__name__
     assert python_m_runs(module) == module, f"python -m {module} does not start via run_command"
     ep = installed_scripts().get(name)
     assert ep is not None and ep.value == COMMANDS[name], \

@@ -4,8 +4,8 @@ so an off-by-one in the matching, the threshold, the visible blocks or the avera
 import numpy as np
 import pytest
 
-from pgn_tf import digest_metrics as dm
-from pgn_tf import scoring
+from pgn_tf.metrics import digests as dm
+from pgn_tf.metrics import scoring
 
 # Three blocks; their synopses A, B, C (3-letter words: rouge-score stems only longer ones).
 SYNOPSES = ["red cat sat .", "big dog ran far .", "sun box hot ."]

@@ -9,9 +9,10 @@ import pytest
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
-from pgn_tf import export
-from pgn_tf import serving_contract as sc
-from pgn_tf.inference import Summarizer
+from pgn_tf import export as export_command
+from pgn_tf.inference.summarizer import Summarizer
+from pgn_tf.saved_model import contract as sc
+from pgn_tf.saved_model import export
 from pgn_tf.utils.errors import UserError
 
 ARTICLE = ("zorblax , a pilot from quenton , sold 5512 boxes of apples on friday . "
@@ -73,7 +74,7 @@ def test_export_refuses_to_overwrite_and_checks_model_dir(exported, trained_mode
     base, name, _ = exported
     with pytest.raises(UserError, match="already exists"):
         export.export(trained_model_dir, base, name, version=1, check=False)
-    assert export.main(["--model_dir", str(tmp_path), "--export_base", str(tmp_path)]) == 2
+    assert export_command.main(["--model_dir", str(tmp_path), "--export_base", str(tmp_path)]) == 2
 
 
 def test_decode_overrides_are_baked_into_the_export(trained_model_dir, tmp_path):

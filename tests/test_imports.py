@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MODULES = ["pgn_tf", "pgn_tf.inference", "pgn_tf.evaluate", "pgn_tf.export", "pgn_tf.training",
+MODULES = ["pgn_tf", "pgn_tf.inference.summarizer", "pgn_tf.evaluate", "pgn_tf.export", "pgn_tf.training",
            "pgn_tf.serving.server", "pgn_tf.pipelines.preprocess", "pgn_tf.train",
            "pgn_tf.summarize", "pgn_tf.commands", "pgn_tf.utils.quiet", "pgn_tf.data.synthetic",
            "pgn_tf.serving.client", "pgn_tf.pipelines.run", "pgn_tf.pipelines.summarize"]

@@ -8,14 +8,18 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
-from pgn_tf import evaluation, scoring, summarize
+from pgn_tf import summarize
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
 from pgn_tf.decoding.beam_search import beam_search
 from pgn_tf.decoding.constraints import Constraints
-from pgn_tf.inference import Summarizer, is_word, tokens_to_sentences
+from pgn_tf.decoding.search import DecodeRequest
+from pgn_tf.inference import evaluator
+from pgn_tf.inference.summarizer import Summarizer
+from pgn_tf.metrics import scoring
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.models import build_model
+from pgn_tf.text import is_word, tokens_to_sentences
 from pgn_tf.utils.errors import UserError
 from tests.decoding.see_reference import see_beam_search
 
@@ -44,8 +48,8 @@ def test_copies_oov_words_it_can_only_have_copied(summarizer, validation):
 
 def test_beam_one_equals_greedy_on_the_real_model(summarizer, validation):
     arts = tf.constant([e.article for e in validation[:6]])
-    beam = summarizer.summarize(arts, beam_size=1)
-    greedy = summarizer.summarize(arts, method="greedy")
+    beam = summarizer.summarize(arts, DecodeRequest(beam_size=1))
+    greedy = summarizer.summarize(arts, DecodeRequest(method="greedy"))
     np.testing.assert_array_equal(beam["tokens"].numpy(), greedy["tokens"].numpy())
 
 
@@ -53,7 +57,7 @@ def test_bad_articles_get_a_summary_each(summarizer):
     articles = ["", "   \n\t ", "word " * 100_000, b"caf\xc3\xa9 \xff\xfe\xfd broken".decode(
         "latin-1").encode("latin-1"), "ok article ."]
     arts = tf.constant([a if isinstance(a, bytes) else a.encode() for a in articles])
-    out = summarizer.summarize(arts, verbose=True)
+    out = summarizer.summarize(arts, DecodeRequest(attention=True))
     assert out["summaries"].shape == (5,)
     for s in out["summaries"].numpy():
         s.decode("utf-8")  # valid UTF-8 even for broken input
@@ -70,7 +74,7 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
-    result = evaluation.evaluate(corpus["validation"], trained_model_dir, limit=24,
+    result = evaluator.evaluate(corpus["validation"], trained_model_dir, limit=24,
                                output_dir=str(tmp_path), bootstrap=100, progress=False,
                                rouge_recall_bytes=20)
     m = result.metrics
@@ -85,7 +89,7 @@ def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
     assert 0 < m["mean_p_gen"] < 1 and m["articles_per_sec"] > 0
     lines = [json.loads(x) for x in open(tmp_path / "decoded.jsonl")]
     assert len(lines) == 24 and lines[0]["reference"] and lines == result.rows
-    lead = evaluation.evaluate(corpus["validation"], baseline="lead", lead_words=8, limit=24,
+    lead = evaluator.evaluate(corpus["validation"], baseline="lead", lead_words=8, limit=24,
                              bootstrap=100).metrics
     assert lead["system"] == "lead8w" and lead["avg_summary_tokens"] == 8
 
@@ -121,8 +125,7 @@ def test_beam_search_on_the_model_equals_see_et_al_one_article_at_a_time(summari
     time on the same trained model."""
     arts = [e.article for e in validation[:3]] + ["", "a short one ."]
     beam, max_steps, min_steps = 3, 10, 2
-    out = summarizer.summarize(tf.constant(arts), beam_size=beam, max_steps=max_steps,
-                               min_steps=min_steps)
+    out = summarizer.summarize(tf.constant(arts), DecodeRequest(beam, max_steps, min_steps))
     assert len(set(out["length"].numpy().tolist())) >= 2
     for i, article in enumerate(arts):
         feats = dict(summarizer.encode_text(tf.constant([article])),
@@ -146,7 +149,7 @@ def test_the_mixture_search_decodes_what_the_dense_one_does(summarizer, validati
     dc.block_repeated_words, dc.avoid_unk, dc.block_trigrams = True, True, True
     arts = tf.constant([e.article for e in validation[:8]] + [""])
     beam, max_steps, min_steps = 3, 12, 3
-    out = s.summarize(arts, beam_size=beam, max_steps=max_steps, min_steps=min_steps)
+    out = s.summarize(arts, DecodeRequest(beam, max_steps, min_steps))
     feats = dict(s.encode_text(arts), max_dec_steps=tf.constant(max_steps))
     state, step_fn = s.search_inputs(feats, beam, mixture=False)
     exempt = tf.constant([w in vocab_lib.SPECIAL_TOKENS or not is_word(w)
@@ -173,7 +176,7 @@ def test_replace_unk_puts_the_most_attended_source_word(trained_model_dir, valid
     bias.assign(tf.tensor_scatter_nd_add(bias, [[vocab_lib.UNK_ID]], [20.0]))
     s.model.cell.switch.dense.bias.assign([20.0])
     arts = tf.constant([e.article for e in validation[:4]])
-    out = {k: v.numpy() for k, v in s.summarize(arts, verbose=True).items()}
+    out = {k: v.numpy() for k, v in s.summarize(arts, DecodeRequest(attention=True)).items()}
     replaced = 0
     for b in range(4):
         for t in range(out["length"][b]):
@@ -194,7 +197,7 @@ def test_replace_unk_puts_the_most_attended_source_word(trained_model_dir, valid
 def test_sorted_batches_come_back_in_input_order(summarizer, validation):
     examples = validation[:10]
     # Longest first, batches of 4: every batch holds other articles than input order would.
-    got = evaluation.decode_split(summarizer, examples, batch_size=4,
+    got = evaluator.decode_split(summarizer, examples, batch_size=4,
                                   lengths=[-len(e.article) for e in examples])
     out = summarizer.summarize(tf.constant([e.article for e in examples]))
     for i, (toks, raw, n) in enumerate(zip(out["tokens"].numpy(), out["raw_tokens"].numpy(),
@@ -206,18 +209,19 @@ def test_sorted_batches_come_back_in_input_order(summarizer, validation):
 
 def test_decode_rows_carry_tokens_p_gen_and_a_beam_override(summarizer, validation):
     articles = [e.article for e in validation[:6]]
-    rows = summarizer.decode(articles, 4, tokens=True, p_gen=True)
-    out = summarizer.summarize(tf.constant(articles), with_p_gen=True)
+    rows = summarizer.decode(articles, 4, request=DecodeRequest(tokens=True, p_gen=True))
+    out = summarizer.summarize(tf.constant(articles), DecodeRequest(p_gen=True))
     for i, row in enumerate(rows):
         n = int(out["length"][i])
         assert row["summary"] == out["summaries"].numpy()[i].decode()
         assert row["tokens"] == [t.decode() for t in out["tokens"].numpy()[i][:n]]
         assert row["p_gen"] == pytest.approx(float(np.mean(out["p_gen"].numpy()[i][:n])))
-    greedy_like = summarizer.decode(articles, 4, beam_size=1)
-    beam1 = summarizer.summarize(tf.constant(articles), beam_size=1)["summaries"].numpy()
+    greedy_like = summarizer.decode(articles, 4, request=DecodeRequest(beam_size=1))
+    beam1 = summarizer.summarize(tf.constant(articles),
+                                 DecodeRequest(beam_size=1))["summaries"].numpy()
     assert [r["summary"] for r in greedy_like] == [b.decode() for b in beam1]
     with pytest.raises(ValueError, match="beam_size"):
-        summarizer.decode(articles, beam_size=0)
+        summarizer.decode(articles, request=DecodeRequest(beam_size=0))
     with pytest.raises(ValueError, match="lengths"):
         summarizer.decode(articles, lengths=[1])
 
@@ -275,18 +279,17 @@ def test_replace_unk_without_attention_avoids_unk(vocab, validation, encoder):
 
 def test_summarize_cli_with_explain(trained_model_dir, summarizer, validation, tmp_path, capsys):
     html = tmp_path / "a.html"
-    args = summarize.build_parser().parse_args(
-        ["--model_dir", trained_model_dir, validation[0].article, "--explain", str(html)])
-    summary = summarize.summarize(args)
+    assert summarize.main(["--model_dir", trained_model_dir, validation[0].article,
+                           "--explain", str(html)]) == 0
+    summary = capsys.readouterr().out.strip()
     want = summarizer.summarize(tf.constant([validation[0].article]))
-    assert summary == want["summaries"].numpy()[0].decode() and summary in capsys.readouterr().out
+    assert summary == want["summaries"].numpy()[0].decode()
     page = html.read_text()
     n = int(want["length"][0])
     assert n >= 3 and "p_gen" in page and page.count("<tr><td><b>") == n  # a row per word
     png = tmp_path / "a.png"
-    args = summarize.build_parser().parse_args(
-        ["--model_dir", trained_model_dir, validation[0].article, "--explain", str(png)])
-    summarize.summarize(args)
+    assert summarize.main(["--model_dir", trained_model_dir, validation[0].article,
+                           "--explain", str(png)]) == 0
     assert png.read_bytes()[:4] == b"\x89PNG"
     capsys.readouterr()
     assert summarize.main(["--model_dir", str(tmp_path / "none"), "x"]) == 2
@@ -316,4 +319,4 @@ def test_sentence_lines_give_one_sentence_a_line(summarizer, validation):
 def test_an_unknown_decoding_method_is_an_error(trained_model_dir):
     summarizer = Summarizer.from_model_dir(trained_model_dir)
     with pytest.raises(ValueError, match="unknown decoding method 'sample' \\(beam, greedy\\)"):
-        summarizer.summarize(tf.constant(["a b ."]), method="sample")
+        summarizer.summarize(tf.constant(["a b ."]), DecodeRequest(method="sample"))

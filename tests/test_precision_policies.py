@@ -20,7 +20,7 @@ def _train(model_dir, corpus, config, overrides):
     from pgn_tf.training.run import train
 
     return train(str(model_dir), config, overrides, train_data=corpus["train"],
-                 eval_data=corpus["validation"], progress=False)
+                 eval_data=corpus["validation"], progress=False).as_dict()
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -69,5 +69,5 @@ def test_abs_encoders_learn_under_each_policy(policy, encoder, tmp_path, corpus)
                     f"train.mixed_precision={'' if policy == 'float32' else policy}",
                     "train.max_steps=40", "train.eval_every=40"],
                    train_data=train_data, eval_data=corpus["validation"], progress=False)
-    assert result["precision"] == policy
-    assert result["eval_loss"] < 0.8 * result["initial_eval_loss"], result
+    assert result.precision == policy
+    assert result.metrics["eval_loss"] < 0.8 * result.metrics["initial_eval_loss"], result

@@ -5,8 +5,9 @@ import json
 import re
 import types
 
-from pgn_tf import config, evaluation
+from pgn_tf import config
 from pgn_tf.data import dataset, tfrecord
+from pgn_tf.inference import evaluator
 from pgn_tf.training import loop
 
 
@@ -54,8 +55,8 @@ def test_conversion_vocab_and_perplexity_show_counts(corpus, trained_model_dir, 
     dataset.build_vocab(files, config.preset("tiny").data)  # not a terminal: silent
     assert capsys.readouterr().out == ""
 
-    from pgn_tf.inference import Summarizer
+    from pgn_tf.inference.summarizer import Summarizer
 
     s = Summarizer.from_model_dir(trained_model_dir)
-    ppl = evaluation.perplexity(s.model, s.vocab, s.cfg, records[:24], batch_size=8, verbose=1)
+    ppl = evaluator.perplexity(s.model, s.vocab, s.cfg, records[:24], batch_size=8, verbose=1)
     assert "24/24" in _plain(capsys.readouterr()) and 1.0 < ppl < 50

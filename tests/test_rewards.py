@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 from rouge_score import rouge_scorer
 
-from pgn_tf import rewards
+from pgn_tf.metrics import rewards
 
 
 def test_rouge_l_matches_rouge_score():

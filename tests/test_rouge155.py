@@ -1,10 +1,10 @@
-"""pgn_tf.rouge155: the papers' ROUGE-1.5.5 (Perl) on the strings rouge-score scores, and a clear
+"""pgn_tf.metrics.rouge155: the papers' ROUGE-1.5.5 (Perl) on the strings rouge-score scores, and a clear
 error where it cannot run."""
 
 import pytest
 
-from pgn_tf import rouge155
-from pgn_tf.scoring import rouge
+from pgn_tf.metrics import rouge155
+from pgn_tf.metrics.scoring import rouge
 
 DECODED = ["the cat sat on the mat .\nit was happy .", "dogs bark at night .", ""]
 REFERENCES = ["a cat sat on a mat .\nthe cat was happy .", "the dogs barked all night .",

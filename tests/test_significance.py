@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from pgn_tf import significance
+from pgn_tf.metrics import significance
 from pgn_tf.utils.errors import UserError
 
 

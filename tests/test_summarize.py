@@ -7,9 +7,10 @@ import random
 import pytest
 import tensorflow as tf
 
-from pgn_tf import evaluation, summarize, text
+from pgn_tf import summarize, text
 from pgn_tf.data import synthetic
-from pgn_tf.inference import Summarizer
+from pgn_tf.inference import corpus, evaluator
+from pgn_tf.inference.summarizer import Summarizer
 
 BAD_LINES = {  # 1-based line number in the file -> the line and what the report must say
     18: (b"{not json at all", "not JSON"),
@@ -68,7 +69,7 @@ def test_cli_summarizer_and_evaluate_agree_on_500_lines(trained_model_dir, jsonl
         [r["article"] for r in records])
     assert api == cli
 
-    evaluation.evaluate(path, trained_model_dir, output_dir=str(tmp_path / "ev"), bootstrap=0,
+    evaluator.evaluate(path, trained_model_dir, output_dir=str(tmp_path / "ev"), bootstrap=0,
                       progress=False)
     decoded = {}
     for line in open(tmp_path / "ev" / "decoded.jsonl"):
@@ -145,9 +146,8 @@ def test_progress_bar_shows_articles_per_second(trained_model_dir, tmp_path):
     src = tmp_path / "a.txt"
     src.write_text("".join(f"article number {i} about a bridge .\n" for i in range(12)))
     stream = io.StringIO()
-    args = summarize.build_parser().parse_args(
-        ["--model_dir", trained_model_dir, "--input", str(src), "--output",
-         str(tmp_path / "o.txt"), "--progress", "on", "--batch_size", "4"])
-    summarize.summarize_file(args, progress_stream=stream)
+    corpus.summarize_corpus(Summarizer.from_model_dir(trained_model_dir), str(src),
+                            str(tmp_path / "o.txt"), batch_size=4, progress="on",
+                            progress_stream=stream)
     shown = stream.getvalue()
     assert "12/12" in shown and "articles/s" in shown

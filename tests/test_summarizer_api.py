@@ -11,7 +11,12 @@ import tensorflow as tf
 
 import pgn_tf
 from pgn_tf.data import tfrecord
-from pgn_tf.inference import SavedModelSummarizer, Summarizer, article_tokens, batch_buckets
+from pgn_tf.decoding.search import DecodeRequest
+from pgn_tf.inference.api import article_tokens
+from pgn_tf.inference.batching import batch_buckets
+from pgn_tf.inference.saved_model import SavedModelSummarizer
+from pgn_tf.inference.summarizer import Summarizer
+from pgn_tf.utils.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -79,37 +84,39 @@ def test_saved_model_summarizer_matches_in_process(summarizer, articles, exporte
     assert a["tokens"] == b["tokens"] and a["source_tokens"] == b["source_tokens"]
     np.testing.assert_allclose(a["attention"], b["attention"], atol=1e-5)
     np.testing.assert_allclose(a["p_gen"], b["p_gen"], atol=1e-5)
-    with pytest.raises(pgn_tf.inference.UserError, match="is it a pgn_tf export"):
+    with pytest.raises(UserError, match="is it a pgn_tf export"):
         pgn_tf.Summarizer.from_saved_model(os.path.dirname(path))
 
 
 def test_one_decode_path_for_an_export_and_the_model(summarizer, articles, exported, corpus,
                                                      trained_model_dir):
-    from pgn_tf import evaluation
+    from pgn_tf.inference import evaluator
 
     _, _, path = exported
     served = pgn_tf.Summarizer.from_saved_model(path)
-    got = served.decode(articles[:8], 4, tokens=True, p_gen=True)  # summarize_verbose
-    want = summarizer.decode(articles[:8], 4, tokens=True, p_gen=True)
+    both = DecodeRequest(tokens=True, p_gen=True)
+    got = served.decode(articles[:8], 4, request=both)  # summarize_verbose
+    want = summarizer.decode(articles[:8], 4, request=both)
     assert [r["tokens"] for r in got] == [r["tokens"] for r in want]
     assert [r["raw_tokens"] for r in got] == [r["raw_tokens"] for r in want]
     np.testing.assert_allclose([r["p_gen"] for r in got], [r["p_gen"] for r in want], atol=1e-5)
     # beam_size through summarize_options, as in process
-    one, one_in_process = (s.decode(articles[:8], beam_size=1) for s in (served, summarizer))
+    one, one_in_process = (s.decode(articles[:8], request=DecodeRequest(beam_size=1))
+                           for s in (served, summarizer))
     assert [r["summary"] for r in one] == [r["summary"] for r in one_in_process]
     np.testing.assert_allclose([r["score"] for r in one], [r["score"] for r in one_in_process],
                                atol=1e-4)
-    with pytest.raises(pgn_tf.inference.UserError, match="leave beam_size out"):
-        served.decode(articles[:2], tokens=True, beam_size=2)
+    with pytest.raises(UserError, match="leave beam_size out"):
+        served.decode(articles[:2], request=DecodeRequest(beam_size=2, tokens=True))
     # evaluate() scores an export as it scores the model it came from (no perplexity)
     kw = {"limit": 12, "bootstrap": 0, "progress": False}
-    by_export = evaluation.evaluate(corpus["validation"], saved_model=path, **kw).metrics
-    by_model = evaluation.evaluate(corpus["validation"], trained_model_dir, **kw).metrics
+    by_export = evaluator.evaluate(corpus["validation"], saved_model=path, **kw).metrics
+    by_model = evaluator.evaluate(corpus["validation"], trained_model_dir, **kw).metrics
     assert "perplexity" not in by_export and "perplexity" in by_model
     for key in ("rouge1", "rougeLsum", "dup_1gram_pct", "raw_unk_outputs_pct", "mean_p_gen"):
         assert by_export[key] == pytest.approx(by_model[key], abs=1e-3), key
-    with pytest.raises(pgn_tf.inference.UserError, match="not both"):
-        evaluation.evaluate(corpus["validation"], trained_model_dir, saved_model=path)
+    with pytest.raises(UserError, match="not both"):
+        evaluator.evaluate(corpus["validation"], trained_model_dir, saved_model=path)
 
 
 def test_top_level_names_are_lazy():

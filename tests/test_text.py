@@ -49,8 +49,8 @@ def test_sentence_lines_keep_one_sentence_a_line():
     mask = tf.not_equal(tokens, "")
     lines = text.detokenize(text.join_tokens(tokens, mask, sentence_lines=True)).numpy()
     assert [x.decode() for x in lines] == ["it's fine.\nnext one!\nx?", "a.\n.\nb", "no end"]
-    # the same lines as rougeLsum's (inference.tokens_to_sentences), one per sentence
-    from pgn_tf.inference import tokens_to_sentences
+    # the same lines as rougeLsum's (text.tokens_to_sentences), one per sentence
+    from pgn_tf.text import tokens_to_sentences
 
     assert tokens_to_sentences(["a", ".", ".", "b"]).count("\n") == lines[1].count(b"\n")
     # off: one line, as before

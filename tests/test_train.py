@@ -101,7 +101,7 @@ def test_second_invocation_resumes_and_coverage_converts(trained, corpus):
     assert "continues with a fresh optimizer" in proc.stdout and "(step 25)" in proc.stdout
     assert '"coverage_loss"' in proc.stdout
     # The best checkpoint predates coverage (no eval since): decoding takes the latest.
-    from pgn_tf.inference import load_model
+    from pgn_tf.inference.loading import load_model
 
     _, _, model, path = load_model(str(model_dir))
     assert model.coverage and path.endswith("ckpt-30")

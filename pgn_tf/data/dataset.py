@@ -15,6 +15,7 @@ Batch features (B = batch, L = article tokens, T = decoder steps, M = article OO
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 
 import tensorflow as tf
@@ -23,11 +24,12 @@ from pgn_tf import text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.config import DataConfig
 from pgn_tf.data import tfrecord
+from pgn_tf.data.articles import EXAMPLE_FORMATS, detect_format
 from pgn_tf.data.example import Example, ReadStats
 from pgn_tf.utils import progress
 from pgn_tf.utils.errors import UserError
 
-FORMATS = ("tfrecord", "jsonl", "story", "see_bin", "tfds", "parallel")
+log = logging.getLogger("pgn_tf")  # a command shows it as [pgn_tf] lines (pgn_tf.utils.logs)
 
 # The numeric features a model and its objective read (the strings stay out of the train step).
 MODEL_FEATURES = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", "target",
@@ -37,23 +39,6 @@ MODEL_FEATURES = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", 
 def model_features(batch: dict) -> dict:
     """A batch (module docstring) -> the MODEL_FEATURES only."""
     return {k: batch[k] for k in MODEL_FEATURES}
-
-
-def detect_format(path: str) -> str:
-    from pgn_tf.data import parallel
-
-    if path.startswith("tfds:"):
-        return "tfds"
-    if parallel.is_parallel(path):
-        return "parallel"
-    if tf.io.gfile.isdir(path):
-        return "story"
-    base = path.lower()
-    if base.endswith((".jsonl", ".jsonl.gz", ".json.gz", ".json")):
-        return "jsonl"
-    if base.endswith(".bin"):
-        return "see_bin"
-    return "tfrecord"
 
 
 def read_examples(path: str, fmt: str, stats: ReadStats):
@@ -72,7 +57,7 @@ def read_examples(path: str, fmt: str, stats: ReadStats):
         spec = path[len("tfds:") :]
         data_dir, _, split = spec.partition(":")
         return tfds_reader.read_tfds(data_dir, split or "train", stats=stats)
-    raise ValueError(f"unknown data format '{fmt}' (one of {', '.join(FORMATS)})")
+    raise ValueError(f"unknown data format '{fmt}' (one of {', '.join(EXAMPLE_FORMATS)})")
 
 
 def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
@@ -121,7 +106,7 @@ def resolve_files(path: str, cache_dir: str, fmt: str | None = None,
     with tf.io.gfile.GFile(done, "w") as f:
         f.write(stats.summary() + "\n")
     if stats.dropped:
-        print(f"[pgn_tf] {path}: {stats.summary()}")
+        log.info("%s: %s", path, stats.summary())
     return files
 
 

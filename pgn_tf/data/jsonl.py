@@ -1,4 +1,5 @@
 """JSON Lines corpora (optionally gzipped): one {"article": ..., "summary": ..., "id": ...} a line.
+A line is parsed by pgn_tf.data.articles.parse_example.
 
 Nothing in a line stops the reading: malformed JSON, nesting too deep for the parser, integers
 too long to convert, a value that is not an object, a missing field: each is counted as dropped
@@ -16,8 +17,8 @@ from collections.abc import Iterable, Iterator
 
 import tensorflow as tf
 
+from pgn_tf.data.articles import numbered_lines, parse_example
 from pgn_tf.data.example import Example, ReadStats
-from pgn_tf.data.lines import numbered_lines
 
 
 def open_lines(path: str):
@@ -40,40 +41,12 @@ def lines(f: Iterable[bytes], name: str, stats: ReadStats) -> Iterator[tuple[int
         yield lineno, raw
 
 
-def parse_line(raw: bytes, default_id: str, stats: ReadStats) -> Example | None:
-    """One JSONL line -> Example; a malformed line is counted in `stats` and gives None.
-
-    Blank lines are not records (None, nothing counted)."""
-    if not raw.strip():
-        return None
-    stats.read += 1
-    try:
-        d = json.loads(raw.decode("utf-8", errors="replace"))
-    except RecursionError:
-        stats.drop("json nested too deep")
-        return None
-    except json.JSONDecodeError:
-        stats.drop("malformed json")
-        return None
-    except ValueError:  # an integer past Python's digit limit (sys.get_int_max_str_digits)
-        stats.drop("json number too long")
-        return None
-    if not isinstance(d, dict):
-        stats.drop("not a json object")
-        return None
-    article, summary = d.get("article"), d.get("summary")
-    if not isinstance(article, str) or not isinstance(summary, str):
-        stats.drop("missing article or summary")
-        return None
-    return Example(article, summary, str(d.get("id", default_id)))
-
-
 def read_jsonl(path: str, stats: ReadStats | None = None) -> Iterator[Example]:
     """Yields Examples; malformed lines are counted in `stats` and skipped, never fatal."""
     stats = stats if stats is not None else ReadStats()
     with open_lines(path) as f:
         for lineno, raw in lines(f, path, stats):
-            ex = parse_line(raw, f"{path}:{lineno}", stats)
+            ex = parse_example(raw, f"{path}:{lineno}", stats)
             if ex is not None:
                 yield ex
 

@@ -61,92 +61,13 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
+from pgn_tf.decoding.beam_state import map_state, reorder_state, wanted_extras, with_article
 from pgn_tf.decoding.candidates import top_candidates
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
 from pgn_tf.decoding.mixture import mixture_candidates
+from pgn_tf.decoding.ranking import gnmt_coverage_penalty, length_norm, recombined
 from pgn_tf.decoding.strategy import DecodingStrategy, dynamic_decode
 from pgn_tf.layers.pointer import Mixture
-
-SHARED = "shared"  # a dict key whose tensors are the same for every hypothesis: never tiled
-ARTICLE = "per_article"  # a dict key whose tensors are the same for an article's K beams
-
-EXTRAS = ("attn", "p_gen", "src_pos")
-
-
-def map_state(state, on_hyp, on_article, on_other=None):
-    """Applies on_hyp to every per-hypothesis tensor of a nest, on_article to those under an
-    ARTICLE key and on_other (default: identity) to SHARED tensors and scalars."""
-    on_other = on_other or (lambda t: t)
-
-    def walk(x, in_article, shared):
-        if isinstance(x, dict):
-            return {k: walk(v, in_article or k == ARTICLE, shared or k == SHARED)
-                    for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return type(x)(walk(v, in_article, shared) for v in x)
-        if shared or x.shape.rank == 0:
-            return on_other(x)
-        return on_article(x) if in_article else on_hyp(x)
-
-    return walk(state, False, False)
-
-
-def reorder_state(state, flat_indices: tf.Tensor):
-    """Gathers every per-hypothesis tensor of a nested state (OpenNMT-tf `_reorder_state`);
-    per-article (ARTICLE) tensors are the same for an article's beams and stay as they are."""
-    return map_state(state, lambda t: tf.gather(t, flat_indices), lambda t: t)
-
-
-def tile_beams(nest, beam_size):
-    """[B, ...] -> [B*K, ...] for every tensor of rank >= 1 (each row repeated K times), except
-    under a dict key "shared" (per-batch tensors such as a tied output matrix)."""
-
-    def tile(t):
-        return tf.repeat(t, beam_size, axis=0)
-
-    return map_state(nest, tile, tile)
-
-
-def length_norm(emitted: tf.Tensor, alpha: float) -> tf.Tensor:
-    """The divisor of a hypothesis' log-probability. emitted: tokens after [START] ([STOP]
-    included when finished). alpha = 0: len(tokens) with [START], as See et al.'s avg_log_prob;
-    alpha > 0: GNMT's ((5 + |Y|) / 6)^alpha."""
-    emitted = tf.cast(emitted, tf.float32)
-    if alpha and alpha > 0:
-        return tf.pow((5.0 + emitted) / 6.0, alpha)
-    return emitted + 1.0
-
-
-def gnmt_coverage_penalty(attn_sum: tf.Tensor, beta: float) -> tf.Tensor:
-    """Wu et al. (2016) eq. 14: beta * sum_i log(min(sum_t a_t,i, 1)). attn_sum: float
-    [..., L] -> [...]; positions with a zero sum (padding) contribute 0."""
-    logs = tf.math.log(tf.minimum(tf.maximum(attn_sum, 1e-30), 1.0))
-    return beta * tf.reduce_sum(tf.where(attn_sum > 0, logs, 0.0), axis=-1)
-
-
-def _recombined(cand_seq, is_stop, valid, step, window: int):
-    """bool [b, P]: live candidate j is merged into a better live candidate i < j (top_k order)
-    whose last `window` ids are the same (Rush et al. 2015, hypothesis recombination)."""
-    pos = step - window + 1 + tf.range(window)  # the window's positions, [C]
-    last = tf.gather(cand_seq, tf.maximum(pos, 0), axis=2)  # [b, P, C]
-    same = tf.reduce_all(
-        tf.equal(last[:, :, None, :], last[:, None, :, :]) | (pos < 0), axis=-1
-    )  # [b, P, P]; positions before the first token are [START] for every hypothesis
-    p = tf.shape(cand_seq)[1]
-    earlier = tf.range(p)[:, None] < tf.range(p)[None, :]  # i < j
-    live = valid & ~is_stop
-    return tf.reduce_any(same & earlier[None] & live[:, :, None], axis=1) & live
-
-
-def _wanted_extras(return_extras) -> tuple[str, ...]:
-    if return_extras is True:
-        return ("attn", "p_gen")
-    if not return_extras:
-        return ()
-    unknown = set(return_extras) - set(EXTRAS)
-    if unknown:
-        raise ValueError(f"return_extras: unknown {sorted(unknown)}, choose from {EXTRAS}")
-    return tuple(return_extras)
 
 
 class BeamState(NamedTuple):
@@ -229,7 +150,7 @@ class BeamSearch(DecodingStrategy):
         self.start_id, self.stop_id = start_id, constraints.stop_id
         self.constraints = constraints
         self.length_penalty = length_penalty
-        self.extras = _wanted_extras(return_extras)
+        self.extras = wanted_extras(return_extras)
         self.src_len = src_len
         self.beta = float(coverage_penalty or 0.0)
         self.recombine_window = int(recombine_window or 0)
@@ -309,7 +230,7 @@ class BeamSearch(DecodingStrategy):
             model_state=map_state(state.model_state, first_row, first_row),
         )
         new = self._advance(step, one, 1, first=True)
-        return new._replace(model_state=_with_article(new.model_state, state.model_state))
+        return new._replace(model_state=with_article(new.model_state, state.model_state))
 
     def step(self, step, state: BeamState) -> BeamState:
         """One step of the K hypotheses of every live article; then, once the live articles are
@@ -385,7 +306,7 @@ class BeamSearch(DecodingStrategy):
         is_stop = tf.equal(token, self.stop_id)
         valid = scores > NEG_INF / 2
         if self.recombine_window:
-            valid &= ~_recombined(cand_seq, is_stop, valid, step, self.recombine_window)
+            valid &= ~recombined(cand_seq, is_stop, valid, step, self.recombine_window)
         return _Candidates(scores, beam, token, cand_seq, is_stop, valid)
 
     def _select_live(self, cand: _Candidates):
@@ -515,16 +436,3 @@ def beam_search(step_fn, initial_state, **kwargs):
     `dynamic_decode` from `initial_state`, a nest of [B*K, ...] tensors (already tiled with
     `tile_beams`). The arguments, by name, and the result are `BeamSearch`'s."""
     return dynamic_decode(BeamSearch(step_fn, **kwargs), initial_state)
-
-
-def _with_article(state, source):
-    """`state` with its ARTICLE tensors taken from `source` (a nest of the same structure)."""
-
-    def walk(x, y, in_article):
-        if isinstance(x, dict):
-            return {k: walk(v, y[k], in_article or k == ARTICLE) for k, v in x.items()}
-        if isinstance(x, (list, tuple)):
-            return type(x)(walk(v, w, in_article) for v, w in zip(x, y))
-        return y if in_article else x
-
-    return walk(state, source, False)

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from pgn_tf.decoding.beam_search import ARTICLE, NEG_INF
+from pgn_tf.decoding.beam_state import ARTICLE
+from pgn_tf.decoding.constraints import NEG_INF
 
 NUM_FEATURES = 5
 

@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 
 import tensorflow as tf
 
-from pgn_tf.decoding.beam_search import length_norm
 from pgn_tf.decoding.constraints import Constraints
+from pgn_tf.decoding.ranking import length_norm
 from pgn_tf.decoding.strategy import DecodingStrategy, dynamic_decode
 
 

@@ -9,6 +9,7 @@ weights is ever written, and a non-finite validation measure is never the best).
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import time
@@ -19,6 +20,8 @@ import tensorflow as tf
 from pgn_tf.training.optimizers import initial_learning_rate
 from pgn_tf.training.trainer import Trainer
 from pgn_tf.utils.errors import UserError
+
+log = logging.getLogger("pgn_tf")  # a command shows it as [pgn_tf] lines (pgn_tf.utils.logs)
 
 SCALARS = ("loss", "nll", "coverage_loss", "p_gen_mean", "grad_norm", "reward_sample",
            "reward_greedy", "sample_capped", "advantage_abs", "advantage_zero", "sample_entropy",
@@ -67,11 +70,11 @@ class _Progress:
 
 
 def fit(trainer: Trainer, verbose: int = 1) -> dict:
-    """Runs the phase to its end; returns a summary dict (also written by pgn_tf.train)."""
+    """Runs the phase to its end; returns its summary (pgn_tf.training.run.TrainResult's)."""
     t = trainer.cfg.train
     start = trainer.phase_start
     if start >= t.max_steps:
-        print(f"[pgn_tf] model dir already at step {start} >= train.max_steps={t.max_steps}")
+        log.info("model dir already at step %d >= train.max_steps=%d", start, t.max_steps)
         return {"steps": 0, "final_step": start}
     it = iter(trainer.train_ds)
     initial, last = {}, {}
@@ -132,8 +135,8 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
                 if t.lr_halving == "eval" and not improved:  # Rush et al. section 7
                     _halve(trainer)
                 if t.early_stop_patience and stale >= t.early_stop_patience:
-                    print(f"[pgn_tf] early stop at step {step}: no better "
-                          f"{trainer.measure} in {stale} evaluations", flush=True)
+                    log.info("early stop at step %d: no better %s in %d evaluations", step,
+                             trainer.measure, stale)
                     stopped_early = final = True
                     if step % t.checkpoint_every:
                         trainer.save_checkpoint(step)
@@ -161,7 +164,7 @@ def fit(trainer: Trainer, verbose: int = 1) -> dict:
 
 def _export_best(trainer: Trainer, step: int) -> None:
     """Exports the new best checkpoint as the next version under train.export_on_best."""
-    from pgn_tf import export
+    from pgn_tf.saved_model import export
 
     base, name = os.path.split(os.path.normpath(trainer.cfg.train.export_on_best))
     versions = [int(v) for v in (os.listdir(trainer.cfg.train.export_on_best)
@@ -169,7 +172,7 @@ def _export_best(trainer: Trainer, step: int) -> None:
                 if v.isascii() and v.isdigit()]
     path = export.export(trainer.mdir.path, base or ".", name, max(versions, default=0) + 1,
                          which=trainer.best_manager.latest_checkpoint)
-    print(f"[pgn_tf] step {step}: the new best is exported as {path}", flush=True)
+    log.info("step %d: the new best is exported as %s", step, path)
 
 
 def _clock(trainer: Trainer, t0: float) -> float:
@@ -190,7 +193,7 @@ def _lr(trainer: Trainer, step: int, elapsed: float) -> float:
 def _halve(trainer: Trainer) -> None:
     lr = float(trainer.optimizer.learning_rate.numpy()) / 2
     trainer.optimizer.learning_rate.assign(lr)
-    print(f"[pgn_tf] no improvement: learning rate halved to {lr:g}", flush=True)
+    log.info("no improvement: learning rate halved to %g", lr)
 
 
 def _epoch_plateau(trainer: Trainer, step: int) -> None:
@@ -204,7 +207,7 @@ def _epoch_plateau(trainer: Trainer, step: int) -> None:
         _halve(trainer)
     if best is None or ev["loss"] < best:
         trainer.epoch_best_loss = ev["loss"]
-    print(f"[pgn_tf] epoch ends at step {step}: eval loss {ev['loss']:.4f}", flush=True)
+    log.info("epoch ends at step %d: eval loss %.4f", step, ev["loss"])
 
 
 def _log_train(trainer, step, last, window, seconds, skipped) -> None:
@@ -225,7 +228,7 @@ def _log_train(trainer, step, last, window, seconds, skipped) -> None:
 
 
 def _validate(trainer: Trainer, step: int, samples: bool) -> dict | None:
-    """Validation at `step`: its figures go to TensorBoard and to one printed line."""
+    """Validation at `step`: its figures go to TensorBoard and to one logged line."""
     ev = trainer.validate()
     if ev and trainer.eval_writer is not None:
         with trainer.eval_writer.as_default(step=step):
@@ -235,5 +238,6 @@ def _validate(trainer: Trainer, step: int, samples: bool) -> dict | None:
             trainer.log_samples(step, trainer.cfg.train.eval_samples)
     if ev:
         figures = ", ".join(f"eval {k} {v:.4f}" for k, v in ev.items())
-        print(f"\n[pgn_tf] step {step}: {figures}", flush=True)
+        # on a line of its own after the progress bar's
+        log.info("step %d: %s", step, figures, extra={"newline": True})
     return ev

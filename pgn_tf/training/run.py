@@ -2,7 +2,7 @@
 model-dir compatibility, vocab, data paths) before anything is written, then
 pgn_tf.training.trainer builds data, model, optimizer and objective (pgn_tf.objectives) under the
 strategy and pgn_tf.training.loop runs the steps. `python -m pgn_tf.train` parses its flags into
-this call; pipelines, benchmarks and tests call it directly.
+this call; pipelines, studies and tests call it directly and get a TrainResult.
 
 Checkpoints go to <model_dir>/ckpt (resumed automatically, the data order continuing), the best
 one to <model_dir>/best, TensorBoard logs to <model_dir>/{train,eval}. Training again with
@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import json
+import logging
 import os
 from collections.abc import Sequence
 
@@ -27,12 +27,49 @@ from pgn_tf import config as config_lib
 from pgn_tf import model_dir as model_dir_lib
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset, synthetic, tfrecord
+from pgn_tf.data.articles import detect_format
 from pgn_tf.training import loop
 from pgn_tf.training.distribute import barrier, make_strategy, set_cpu_devices, worker_role
 from pgn_tf.training.trainer import Trainer
 from pgn_tf.utils.dirlock import DirLock
 from pgn_tf.utils.durable import write_json
 from pgn_tf.utils.errors import UserError
+
+log = logging.getLogger("pgn_tf")  # a command shows it as [pgn_tf] lines (pgn_tf.utils.logs)
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What a training phase did; `as_dict()` is <model_dir>/train_result.json.
+
+    The figures every run has are fields. `metrics` holds the rest, whose keys depend on the
+    model, the objective and the evaluation: the last logged step's (loss, grad_norm,
+    coverage_loss, reward_sample, ...), the last evaluation's (eval_loss, eval_rougeLsum, ...),
+    the first one's (initial_eval_*), best_<measure>, and the steady-state throughput
+    (steady_steps_per_sec, steady_src_tokens_per_sec) once the first window is past."""
+
+    steps: int  # run by this call (0: the model dir was already at train.max_steps)
+    final_step: int
+    precision: str  # what ran, not what was asked (`auto` resolves by machine)
+    rnn_impl: str
+    wall_seconds: float = 0.0
+    steps_per_sec: float = 0.0
+    skipped_steps: int = 0  # non-finite steps the guard dropped
+    stopped_early: bool = False
+    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_summary(cls, summary: dict, precision: str, rnn_impl: str) -> TrainResult:
+        """From pgn_tf.training.loop.fit's summary."""
+        fixed = {f.name for f in dataclasses.fields(cls)} - {"metrics"}
+        return cls(precision=precision, rnn_impl=rnn_impl,
+                   **{k: v for k, v in summary.items() if k in fixed},
+                   metrics={k: v for k, v in summary.items() if k not in fixed})
+
+    def as_dict(self) -> dict:
+        """One flat summary: the fields, then the metrics (train_result.json's keys)."""
+        fields = dataclasses.asdict(self)
+        return {**{k: v for k, v in fields.items() if k != "metrics"}, **self.metrics}
 
 
 @dataclasses.dataclass
@@ -60,7 +97,7 @@ class Plan:
             return train_files, eval_files
         syn_dir = os.path.join(self.mdir.path, "synthetic")
         if write and not tf.io.gfile.glob(os.path.join(syn_dir, "train-*.tfrecord")):
-            print(f"[pgn_tf] no --train_data: writing the synthetic corpus to {syn_dir}")
+            log.info("no --train_data: writing the synthetic corpus to %s", syn_dir)
             synthetic.write_corpus(syn_dir, seed=self.cfg.train.seed)
         train_files = sorted(tf.io.gfile.glob(os.path.join(syn_dir, "train-*.tfrecord")))
         eval_files = (dataset.resolve_files(self.eval_data, cache, self.data_format, write)
@@ -76,7 +113,7 @@ def _check_data_path(path: str | None, fmt: str | None) -> None:
     """Fails early (nothing written) on a data path that names nothing."""
     if not path:
         return
-    fmt = fmt or dataset.detect_format(path)
+    fmt = fmt or detect_format(path)
     if fmt == "tfrecord":
         if not tf.io.gfile.glob(path):
             raise UserError(f"data path {path} matches no file")
@@ -141,10 +178,11 @@ def prepare(model_dir: str, config: str | config_lib.Config | None = None,
 def train(model_dir: str, config: str | config_lib.Config | None = None,
           overrides: Sequence[str] = (), train_data: str | None = None,
           eval_data: str | None = None, data_format: str | None = None,
-          strategy: str = "mirrored", cpu_devices: int = 1, progress: bool = True) -> dict:
+          strategy: str = "mirrored", cpu_devices: int = 1, progress: bool = True) -> TrainResult:
     """Trains a model in `model_dir` (created, resumed, or continued into a new phase) and
-    returns the run's summary (pgn_tf.training.loop.fit's: steps, losses, throughput, best
-    eval loss; also written to <model_dir>/train_result.json).
+    returns what the phase did (steps, losses, throughput, the best evaluation; also written to
+    <model_dir>/train_result.json). What it does on the way (a resumed checkpoint, the
+    replicas, each evaluation, the summary) is logged on the "pgn_tf" logger.
 
     Args:
       model_dir: where checkpoints, config.json, vocab.txt and TensorBoard logs go.
@@ -152,10 +190,10 @@ def train(model_dir: str, config: str | config_lib.Config | None = None,
         train_data, else `see2017_pgn`); overrides: "section.key=value" strings on top.
       train_data, eval_data: any pgn_tf data path (TFRecord glob, JSONL(.gz), .story dir,
         .bin glob, tfds:DIR[:split], parallel text); no train_data: the synthetic corpus.
-      data_format: the format when a path does not say (pgn_tf.data.dataset.FORMATS).
+      data_format: the format when a path does not say (pgn_tf.data.articles.EXAMPLE_FORMATS).
       strategy: mirrored | multi_worker | default (pgn_tf.training.distribute.make_strategy).
       cpu_devices: split the CPU into this many logical devices first (before TF starts).
-      progress: a progress bar on standard output.
+      progress: a progress bar on standard output (Keras's, the one thing written there).
     Raises UserError (a bad config, path, vocab or model dir; a lost worker) before anything
     is written where it can be checked first.
     """
@@ -203,7 +241,7 @@ def _first_line(message: str) -> str:
     return line
 
 
-def _train(plan: Plan, strategy: tf.distribute.Strategy, progress: bool) -> dict:
+def _train(plan: Plan, strategy: tf.distribute.Strategy, progress: bool) -> TrainResult:
     """Every worker of a multi-worker run gets here; the chief alone writes the model dir:
     the data cache and the vocab first (the others wait at a barrier, then read them),
     config.json, checkpoints, TensorBoard logs and train_result.json."""
@@ -213,7 +251,7 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, progress: bool) -> dict
     if is_chief:
         train_files, eval_files = plan.resolve_data()
         if vocab is None:
-            print(f"[pgn_tf] building a {cfg.data.vocab_size}-word vocab from the training data")
+            log.info("building a %d-word vocab from the training data", cfg.data.vocab_size)
             vocab = dataset.build_vocab(train_files, cfg.data)
         if not os.path.exists(mdir.vocab_path):
             vocab.save(mdir.vocab_path)
@@ -230,16 +268,15 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, progress: bool) -> dict
     if trainer.restored_from:
         how = ("continues with a fresh optimizer (coverage conversion or a new objective) from"
                if plan.fresh else "resumed from")
-        print(f"[pgn_tf] {how} {trainer.restored_from} (step {int(trainer.step.numpy())})")
+        log.info("%s %s (step %d)", how, trainer.restored_from, int(trainer.step.numpy()))
     scaling = " with loss scaling" if trainer.loss_scaling else ""
-    print(f"[pgn_tf] {strategy.num_replicas_in_sync} replica(s); "
-          f"{trainer.model.count_params():,} parameters; vocab {vocab.size}; "
-          f"model.rnn_impl {trainer.model.rnn_impl}; precision {trainer.precision}{scaling}")
-    result = loop.fit(trainer, verbose=1 if progress else 0)
+    log.info("%d replica(s); %s parameters; vocab %d; model.rnn_impl %s; precision %s%s",
+             strategy.num_replicas_in_sync, f"{trainer.model.count_params():,}", vocab.size,
+             trainer.model.rnn_impl, trainer.precision, scaling)
     # What ran, not what was asked: `auto` resolves by machine, and a summary read later (or a
     # result compared across machines) must say which numeric path produced it.
-    result = {**result, "precision": trainer.precision, "rnn_impl": trainer.model.rnn_impl}
+    result = TrainResult.from_summary(loop.fit(trainer, verbose=1 if progress else 0),
+                                      trainer.precision, trainer.model.rnn_impl)
     if is_chief:
-        write_json(os.path.join(mdir.path, "train_result.json"), result)
-    print("[pgn_tf] " + json.dumps(result))
+        write_json(os.path.join(mdir.path, "train_result.json"), result.as_dict())
     return result

@@ -12,15 +12,16 @@ from pgn_tf.utils.errors import UserError
 
 
 def eval_rouge(trainer) -> dict:
-    """ROUGE-1/2/Lsum F1 (x100, rouge-score) of train.eval_rouge_examples validation articles
-    after the first train.eval_skip, decoded by the one batched decode (SummarizerAPI.decode,
-    as evaluation decodes them: the decode config's search). The Summarizer is kept on the
-    trainer, so its compiled calls are traced once a run."""
+    """ROUGE-1/2/Lsum F1 (x100, rouge-score, plain means) of train.eval_rouge_examples
+    validation articles after the first train.eval_skip, decoded and scored by the one
+    evaluator (inference.evaluator.decode_and_score: the decode config's search). The
+    Summarizer and the prepared examples are kept on the trainer, so its compiled calls are
+    traced once a run."""
     import itertools
 
-    from pgn_tf import scoring
     from pgn_tf.data import tfrecord
-    from pgn_tf.inference import Summarizer, tokens_to_sentences
+    from pgn_tf.inference.evaluator import ROUGE_KEYS, EvalSet, decode_and_score
+    from pgn_tf.inference.summarizer import Summarizer
 
     if trainer._rouge_fn is None:
         records = itertools.chain.from_iterable(
@@ -31,12 +32,11 @@ def eval_rouge(trainer) -> dict:
         if not examples:
             raise UserError(f"train.eval_skip={t.eval_skip} skips every "
                             "validation example: nothing is left to select by ROUGE")
-        refs = [scoring.reference_text(e.summary, trainer.cfg.data) for e in examples]
         summarizer = Summarizer(trainer.model, trainer.vocab, trainer.cfg)
-        trainer._rouge_fn = (summarizer, [e.article for e in examples], refs)
-    summarizer, articles, refs = trainer._rouge_fn
-    rows = summarizer.decode(articles, tokens=True)
-    return scoring.rouge([tokens_to_sentences(r["tokens"]) for r in rows], refs, bootstrap=0)
+        trainer._rouge_fn = (summarizer, EvalSet.prepare(examples, trainer.cfg.data))
+    summarizer, evalset = trainer._rouge_fn
+    metrics = decode_and_score(summarizer, evalset, bootstrap=0).metrics
+    return {k: metrics[k] for k in ROUGE_KEYS}
 
 
 def log_samples(trainer, step: int, num: int = 3) -> None:
@@ -44,7 +44,8 @@ def log_samples(trainer, step: int, num: int = 3) -> None:
     summary) and the attention heatmap with p_gen of each."""
     from pgn_tf import visualize
     from pgn_tf.data import tfrecord
-    from pgn_tf.inference import Summarizer
+    from pgn_tf.decoding.search import DecodeRequest
+    from pgn_tf.inference.summarizer import Summarizer
 
     if trainer._samples is None:
         examples = []
@@ -53,7 +54,7 @@ def log_samples(trainer, step: int, num: int = 3) -> None:
             if len(examples) == num:
                 break
         summarizer = Summarizer(trainer.model, trainer.vocab, trainer.cfg)
-        fn = tf.function(lambda a: summarizer.summarize(a, verbose=True),
+        fn = tf.function(lambda a: summarizer.summarize(a, DecodeRequest(attention=True)),
                          input_signature=[tf.TensorSpec([None], tf.string)])
         trainer._samples = (examples, fn)
     examples, fn = trainer._samples

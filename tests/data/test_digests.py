@@ -7,10 +7,13 @@ import json
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf import digest_metrics, evaluate, evaluation, scoring
+from pgn_tf import evaluate
 from pgn_tf import vocab as V
 from pgn_tf.config import DataConfig
 from pgn_tf.data import dataset
+from pgn_tf.inference import evaluator
+from pgn_tf.metrics import digests as digest_metrics
+from pgn_tf.metrics import scoring
 
 # (package long descriptions, their synopses): 3, 4 and 5 blocks.
 DIGESTS = [
@@ -88,7 +91,7 @@ def test_evaluate_scores_another_systems_outputs_with_the_digest_counts(tmp_path
     outputs.write_text("cat game . file parser library ( runtime ) . cat game .\n"
                        "beta gamma .\nnone at all\n")
     out = tmp_path / "eval"
-    metrics = evaluation.evaluate(path, decoded=str(outputs), output_dir=str(out), bootstrap=0,
+    metrics = evaluator.evaluate(path, decoded=str(outputs), output_dir=str(out), bootstrap=0,
                                 progress=False).metrics
     rows = [json.loads(x) for x in (out / "decoded.jsonl").read_text().splitlines()]
     assert [(r["blocks"], r["blocks_matched"], r["sentences"], r["repeated_sentences"])

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from pgn_tf.decoding.beam_search import ARTICLE, SHARED
+from pgn_tf.decoding.beam_state import ARTICLE, SHARED
 
 f32 = np.float32
 

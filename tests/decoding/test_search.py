@@ -7,10 +7,12 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.decoding import greedy, sampling
-from pgn_tf.decoding.beam_search import ARTICLE, beam_search, gnmt_coverage_penalty, tile_beams
+from pgn_tf.decoding.beam_search import beam_search
+from pgn_tf.decoding.beam_state import ARTICLE, tile_beams
 from pgn_tf.decoding.candidates import top_candidates
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
 from pgn_tf.decoding.mixture import mixture_candidates
+from pgn_tf.decoding.ranking import gnmt_coverage_penalty
 from pgn_tf.layers.pointer import Mixture, copy_slots, dense_distribution
 from tests.decoding.see_reference import see_beam_search
 

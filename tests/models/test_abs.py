@@ -58,7 +58,7 @@ def test_match_features_against_a_hand_count():
 def test_coordinate_ascent_finds_the_weights_a_toy_score_rewards():
     """Each indicator weight in turn takes its best grid value with the others held; alpha_0
     (log p) stays 1. The toy's best w_2 depends on w_1, so a second round is needed."""
-    from pgn_tf.tune import coordinate_ascent
+    from pgn_tf.inference.tuning import coordinate_ascent
 
     calls = []
 
@@ -119,23 +119,24 @@ def parallel_text(corpus, out) -> str:
 
 @pytest.mark.slow
 def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
-    from pgn_tf import evaluation, export, train
-    from pgn_tf.inference import Summarizer
+    from pgn_tf.inference import evaluator
+    from pgn_tf.inference.summarizer import Summarizer
+    from pgn_tf.saved_model import export
     from pgn_tf.serving.client import summarize
-    from pgn_tf.serving.server import Server
+    from pgn_tf.serving.service import Server
+    from pgn_tf.training.run import train
 
     train_data = parallel_text(corpus, tmp_path)
     ppl = {}
     for encoder in ("bow", "conv", "attention"):
         model_dir = str(tmp_path / encoder)
-        flags = [f for setting in [*ABS_TEST_SETTINGS, f"model.abs_encoder={encoder}"]
-                 for f in ("--set", setting)]
-        result = train.run(train.build_parser().parse_args([
-            "--model_dir", model_dir, "--config", "rush2015_abs", "--quiet",
-            "--train_data", train_data, "--eval_data", corpus["validation"], *flags]))
+        result = train(model_dir, "rush2015_abs",
+                       [*ABS_TEST_SETTINGS, f"model.abs_encoder={encoder}"],
+                       train_data=train_data, eval_data=corpus["validation"],
+                       progress=False).as_dict()
         assert result["eval_loss"] < result["initial_eval_loss"]
-        metrics = evaluation.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
-                                    bootstrap=0, batch_size=64).metrics  # plain means, as tune
+        metrics = evaluator.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+                                     bootstrap=0, batch_size=64).metrics  # plain means, as tune
         ppl[encoder] = metrics["perplexity"]
     assert all(np.isfinite(p) and p > 1 for p in ppl.values())
 
@@ -148,35 +149,38 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
     assert all(w in source for w in words if w)  # extractive: article words only
 
     from pgn_tf import tune
+    from pgn_tf.inference import tuning
 
-    tuned = tune.run(tune.build_parser().parse_args(
-        ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
-         "--grid", "0", "1", "--rounds", "1"]))
-    assert tuned["decodes"] == 1 + 4  # the start, then each feature weight at 1
+    tuned = tuning.tune(model_dir, corpus["validation"], limit=20, grid=[0.0, 1.0], rounds=1,
+                        show_progress=False)
+    assert tuned.decodes == 1 + 4  # the start, then each feature weight at 1
     with open(os.path.join(model_dir, "abs_plus.json")) as f:
-        assert json.load(f)["weights"] == tuned["weights"]
-    # The reported scores are reproduced by decoding again through the config: ABS (no
-    # features; tune decodes it through the rescoring step with weights 1,0,0,0,0), and
-    # ABS+ with the tuned weights as decode.abs_plus_weights.
-    assert tuned["abs"] == metrics["rougeLsum"]
-    again = evaluation.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
-                              bootstrap=0, batch_size=64, output_dir=str(tmp_path / "plus"),
-                              overrides=[f"decode.abs_plus_weights={tuned['weights']}"]).metrics
-    assert again["rougeLsum"] == tuned["abs_plus"]
-    # Tuned under the decoding it will be used with: tune's --set reaches its decodes (2-word
+        assert json.load(f)["weights"] == tuned.weights
+    # The reported scores are reproduced by decoding again: ABS (no features; tune decodes it
+    # through the rescoring step with weights 1,0,0,0,0), and ABS+ with the tuned weights,
+    # which evaluate (as summarize and export) takes from the model dir's abs_plus.json.
+    assert tuned.abs == metrics["rougeLsum"]
+    again = evaluator.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+                               bootstrap=0, batch_size=64,
+                               output_dir=str(tmp_path / "plus")).metrics
+    assert again["rougeLsum"] == tuned.abs_plus
+    # Tuned under the decoding it will be used with: tune's overrides reach its decodes (2-word
     # outputs score as evaluate scores them, not as the preset's 8-word ones above); non-decode
     # keys are refused, since the model is built
     short = ["decode.fixed_length=2"]
+    two = tuning.tune(model_dir, corpus["validation"], limit=20, grid=[0.0], rounds=1,
+                      overrides=short, show_progress=False)
+    plain = [*short, "decode.abs_plus_weights="]  # --set overrides the tuned weights
+    want = evaluator.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
+                              bootstrap=0, batch_size=64, overrides=plain).metrics
+    assert two.decodes == 1 and two.abs == want["rougeLsum"] != metrics["rougeLsum"]
     flags = ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
              "--grid", "0", "--rounds", "1"]
-    two = tune.run(tune.build_parser().parse_args([*flags, "--set", short[0]]))
-    want = evaluation.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
-                               bootstrap=0, batch_size=64, overrides=short).metrics
-    assert two["decodes"] == 1 and two["abs"] == want["rougeLsum"] != metrics["rougeLsum"]
     assert tune.main([*flags, "--set", "model.hidden_dim=8", "--quiet"]) == 2
 
-    path = export.export(model_dir, str(tmp_path / "export"), "abs", version=1,
-                         overrides=[f"decode.abs_plus_weights={tuned['weights']}"])
+    path = export.export(model_dir, str(tmp_path / "export"), "abs", version=1)
+    with open(os.path.join(path, "assets.extra", "config.json")) as f:  # the tuned weights
+        assert json.load(f)["decode"]["abs_plus_weights"] == two.weights
     server = Server({"abs": (os.path.dirname(path), 1)}, port=0, rest_port=None, poll_seconds=0)
     try:
         got = summarize(f"127.0.0.1:{server.port}", "abs", [article])[0]

@@ -90,24 +90,23 @@ def test_the_step_in_parts_is_the_same_distribution(model_type):
 
 @pytest.mark.slow
 def test_ml_then_mixed_training_then_export_and_serve(corpus, tmp_path):
-    from pgn_tf import export, train
+    from pgn_tf.saved_model import export
     from pgn_tf.serving.client import summarize
-    from pgn_tf.serving.server import Server
+    from pgn_tf.serving.service import Server
+    from pgn_tf.training.run import train
 
     model_dir = str(tmp_path / "paulus")
-    common = ["--model_dir", model_dir, "--config", "paulus2017", "--quiet",
-              "--train_data", corpus["train"], "--eval_data", corpus["validation"],
-              "--set", "model.hidden_dim=16", "--set", "model.emb_dim=16",
-              "--set", "data.vocab_size=200", "--set", "data.max_enc_steps=60",
-              "--set", "data.max_dec_steps=12", "--set", "train.batch_size=16",
-              "--set", "train.eval_batches=2", "--set", "train.eval_samples=1",
-              "--set", "decode.max_dec_steps=14", "--set", "decode.min_dec_steps=1"]
-    ml = train.run(train.build_parser().parse_args(
-        common + ["--set", "train.max_steps=60", "--set", "train.eval_every=30"]))
+    common = ["model.hidden_dim=16", "model.emb_dim=16", "data.vocab_size=200",
+              "data.max_enc_steps=60", "data.max_dec_steps=12", "train.batch_size=16",
+              "train.eval_batches=2", "train.eval_samples=1", "decode.max_dec_steps=14",
+              "decode.min_dec_steps=1"]
+    data = dict(train_data=corpus["train"], eval_data=corpus["validation"], progress=False)
+    ml = train(model_dir, "paulus2017", [*common, "train.max_steps=60", "train.eval_every=30"],
+               **data).metrics
     assert ml["eval_loss"] < ml["initial_eval_loss"]
-    mixed = train.run(train.build_parser().parse_args(
-        common + ["--set", "train.objective=mixed", "--set", "train.max_steps=70",
-                  "--set", "train.eval_every=10", "--set", "train.log_every=5"]))
+    mixed = train(model_dir, "paulus2017", [*common, "train.objective=mixed", "train.max_steps=70",
+                                            "train.eval_every=10", "train.log_every=5"],
+                  **data).metrics
     assert "reward_sample" in mixed and "initial_eval_reward" in mixed
     with open(os.path.join(model_dir, "best", "best.json")) as f:
         assert json.load(f)["metric"].startswith("rouge")  # the RL phase picks by ROUGE

@@ -20,7 +20,7 @@ import apache_beam as beam
 import pytest
 
 from pgn_tf.data import jsonl, synthetic, tfrecord
-from pgn_tf.pipelines import portable, preprocess, splits, summarize
+from pgn_tf.pipelines import portable, preprocess, preprocessing, splits, summarize, summarizing
 from pgn_tf.pipelines import run as flow
 
 STARTUP_S = 120  # a scheduler and workers importing dask (and TF, on a loaded 2-core machine)
@@ -145,13 +145,20 @@ def without_timing(stats):
 
 
 def run_preprocess(*argv):
-    args, beam_args = preprocess.build_parser().parse_known_args(list(argv))
-    return preprocess.run(args, beam_args)
+    """`python -m pgn_tf.pipelines.preprocess ARGV` in this process: the stats.json it wrote."""
+    assert preprocess.main(list(argv)) == 0
+    out = argv[argv.index("--output_dir") + 1]
+    with open(os.path.join(out, "stats.json")) as f:
+        return json.load(f)
 
 
 def run_summarize(*argv):
-    args, beam_args = summarize.build_parser().parse_known_args(list(argv))
-    return summarize.run(args, beam_args)
+    """The command's flags -> summarize_files (the library call the command makes): its stats."""
+    a, beam_args = summarize.build_parser().parse_known_args(list(argv))
+    return summarizing.summarize_files(
+        a.saved_model, a.input, a.output, fmt=a.format, field=a.field,
+        output_field=a.output_field, batch_size=a.batch_size, num_shards=a.num_shards,
+        runner=a.runner, beam_args=beam_args)
 
 
 def jsonl_corpus(root):
@@ -408,7 +415,7 @@ def test_every_branch_feeds_the_last_step_and_no_step_has_side_or_tagged_outputs
     every consumer and recomputes side inputs inside the task reading them: the pipelines'
     graphs have one leaf (the counts writer), no multi-output step and no side input."""
     if pipeline == "preprocess":
-        graph = graph_of(lambda p: preprocess.build(
+        graph = graph_of(lambda p: preprocessing.build(
             p, str(tmp_path / "*.jsonl"), "jsonl", str(tmp_path), 50,
             splits.HashSplit([("train", 0.8), ("validation", 0.2)]),
             ["train", "validation"]))

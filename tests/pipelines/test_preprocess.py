@@ -15,8 +15,11 @@ from pgn_tf.pipelines import portable, preprocess
 
 
 def run(tmp_path, *argv):
-    args, beam_args = preprocess.build_parser().parse_known_args(list(argv))
-    return preprocess.run(args, beam_args)
+    """`python -m pgn_tf.pipelines.preprocess ARGV` in this process: the stats.json it wrote."""
+    assert preprocess.main(list(argv)) == 0
+    out = argv[argv.index("--output_dir") + 1]
+    with open(os.path.join(out, "stats.json")) as f:
+        return json.load(f)
 
 
 def records(pattern):

@@ -2,6 +2,7 @@
 server that picks up the pushed version."""
 
 import json
+import logging
 import os
 import time
 
@@ -9,6 +10,7 @@ import pytest
 import yaml
 
 from pgn_tf.data import jsonl, synthetic
+from pgn_tf.pipelines import push as push_lib
 from pgn_tf.pipelines import run as flow
 
 
@@ -33,7 +35,7 @@ def write_config(tmp_path, name, corpus, serving_base, max_steps, margin):
 @pytest.mark.slow
 def test_flow_pushes_only_better_models_and_skips_finished_steps(tmp_path, capsys):
     from pgn_tf.serving.client import summarize
-    from pgn_tf.serving.server import Server
+    from pgn_tf.serving.service import Server
 
     corpus = str(tmp_path / "corpus.jsonl.gz")
     jsonl.write_jsonl(synthetic.generate(360, seed=5), corpus)
@@ -104,9 +106,10 @@ def test_bad_config_is_a_one_line_error(tmp_path, capsys, text, message):
     assert message in err and len(err.splitlines()) == 1
 
 
-def test_a_preprocess_step_reruns_when_its_input_data_changes(tmp_path, capsys):
+def test_a_preprocess_step_reruns_when_its_input_data_changes(tmp_path, caplog):
     """The same config over new data is not skipped: the files' names, sizes and mtimes are in
     the step's fingerprint. (The step body is a recorder: what is tested is the runner.)"""
+    caplog.set_level(logging.INFO, logger="pgn_tf")  # the flow logs its steps
     data = tmp_path / "data"
     data.mkdir()
     jsonl.write_jsonl(synthetic.generate(5, seed=1), str(data / "a.jsonl"))
@@ -126,7 +129,7 @@ def test_a_preprocess_step_reruns_when_its_input_data_changes(tmp_path, capsys):
     with open(data / "a.jsonl", "a") as f:  # the same file, one more record
         f.write('{"article": "x y", "summary": "x"}\n')
     run_once()
-    assert len(calls) == 2 and "preprocess: data changed, running again" in capsys.readouterr().out
+    assert len(calls) == 2 and "preprocess: data changed, running again" in caplog.text
     jsonl.write_jsonl(synthetic.generate(2, seed=2), str(data / "b.jsonl"))  # a new file
     run_once()
     assert len(calls) == 3 and calls[-1]["files"] == 2
@@ -146,7 +149,8 @@ def fake_saved_model(path):
     return str(path)
 
 
-def test_push_killed_after_its_rename_does_not_push_again(tmp_path, monkeypatch, capsys):
+def test_push_killed_after_its_rename_does_not_push_again(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="pgn_tf")  # the flow logs its steps
     serving_base = str(tmp_path / "serving")
     inputs = {"after": "x", "saved_model": fake_saved_model(tmp_path / "export"),
               "blessed": True, "serving_base": serving_base}
@@ -163,7 +167,7 @@ def test_push_killed_after_its_rename_does_not_push_again(tmp_path, monkeypatch,
 
     out = flow.run_step(str(tmp_path / "run"), "push", flow.push_step, inputs)
     assert out["version"] == 1 and flow.served_versions(serving_base) == [1]
-    assert "not pushed again" in capsys.readouterr().out
+    assert "not pushed again" in caplog.text
     pushed = json.loads((tmp_path / "serving" / "1" / flow.PUSHED_BY).read_text())
     assert pushed["push_id"] == flow.fingerprint(inputs)
     assert (tmp_path / "serving" / "1" / "saved_model.pb").read_bytes() == b"graph"
@@ -184,7 +188,7 @@ def test_push_killed_before_its_rename_leaves_nothing_and_leftovers_are_cleaned(
     def killed(tmp, final):
         raise OSError("killed before the rename")
 
-    monkeypatch.setattr(flow, "publish", killed)
+    monkeypatch.setattr(push_lib, "publish", killed)
     with pytest.raises(OSError, match="killed"):
         flow.push(saved_model, str(serving_base), "id")
     monkeypatch.undo()

@@ -5,8 +5,8 @@ import gzip
 import json
 
 from pgn_tf.data import tfrecord
-from pgn_tf.inference import SavedModelSummarizer
-from pgn_tf.pipelines import summarize
+from pgn_tf.inference.saved_model import SavedModelSummarizer
+from pgn_tf.pipelines import summarize, summarizing
 
 
 def test_runinference_job_summarizes_a_glob_and_lists_bad_lines(exported, corpus, tmp_path,
@@ -24,10 +24,8 @@ def test_runinference_job_summarizes_a_glob_and_lists_bad_lines(exported, corpus
     (tmp_path / "notes.txt").write_text(articles[12] + "\n" + articles[13] + "\n")
 
     out = str(tmp_path / "out" / "summaries")
-    argv = ["--saved_model", path, "--input", str(tmp_path / "part-*"), "--output", out,
-            "--batch_size", "4", "--direct_num_workers", "1"]
-    args, beam_args = summarize.build_parser().parse_known_args(argv)
-    stats = summarize.run(args, beam_args)
+    stats = summarizing.summarize_files(path, str(tmp_path / "part-*"), out, batch_size=4,
+                                        beam_args=["--direct_num_workers", "1"])
     assert stats["records"] == 12 and stats["summaries"] == 12 and stats["bad lines"] == 1
     assert stats["lines"] == 13
     rows = {}
@@ -43,9 +41,8 @@ def test_runinference_job_summarizes_a_glob_and_lists_bad_lines(exported, corpus
     assert errors == [f"{tmp_path / 'part-2.jsonl'}:3: no 'article' field"]
 
     # Plain text: a line is an article; rows say where each came from.
-    argv = ["--saved_model", path, "--input", str(tmp_path / "notes.txt"), "--output", out + "t"]
-    args, beam_args = summarize.build_parser().parse_known_args(argv)
-    assert summarize.run(args, beam_args)["summaries"] == 2
+    assert summarizing.summarize_files(path, str(tmp_path / "notes.txt"),
+                                       out + "t")["summaries"] == 2
     rows = [json.loads(x) for s in glob.glob(out + "t-*.jsonl") for x in open(s)]
     by_line = {r["line"]: r for r in rows}
     assert by_line[2]["summary"] == SavedModelSummarizer(path)(articles[13])

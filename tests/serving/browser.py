@@ -21,14 +21,14 @@ class BrowserMissing(RuntimeError):
 @contextlib.contextmanager
 def chromium():
     """A selenium webdriver over headless Chromium with a fresh profile; BrowserMissing when
-    chromium or chromedriver is not installed (tests/install_browser.sh installs both)."""
+    chromium or chromedriver is not installed (tests/install_system.sh installs both)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
     binary, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not binary or not driver_path:
         raise BrowserMissing("chromium and chromedriver must be installed: run `bash "
-                             "tests/install_browser.sh` (Debian's chromium and chromium-driver, "
+                             "tests/install_system.sh` (Debian's chromium and chromium-driver, "
                              "with apt-get as root or through sudo)")
     with tempfile.TemporaryDirectory(prefix="pgn-chromium-") as profile:
         options = webdriver.ChromeOptions()

@@ -11,7 +11,7 @@ from tests.serving.helpers import METRICS_PATH, write_spin_model, write_tiny_mod
 @pytest.fixture(scope="module")
 def server(exported):
     """The exported pointer-generator behind gRPC + REST (+ metrics), no batching."""
-    from pgn_tf.serving.server import Server
+    from pgn_tf.serving.service import Server
 
     base, name, _ = exported
     srv = Server({name: os.path.join(base, name)}, rest_port="auto", poll_seconds=0.2,

@@ -7,7 +7,7 @@ import os
 import pytest
 import tensorflow as tf
 
-from pgn_tf import graph_check
+from pgn_tf.saved_model import graph_check
 from pgn_tf.serving import c_runtime, client
 from tests.serving.helpers import ARTICLE, request, stub
 
@@ -116,7 +116,7 @@ def test_an_export_with_a_py_function_is_refused_and_not_published(trained_model
                                                                    monkeypatch):
     """A signature that calls Python (as a careless change to the export might add) fails the
     export's own check, naming the op, and no version dir appears."""
-    from pgn_tf import export
+    from pgn_tf.saved_model import export
     from pgn_tf.utils.errors import UserError
 
     plain = export.build_archive

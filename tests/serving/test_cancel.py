@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from pgn_tf.serving.batching import BatchingParameters
 from pgn_tf.serving.cancel import Call, Watchdog, _Run
-from pgn_tf.serving.server import Server
+from pgn_tf.serving.service import Server
 from pgn_tf.serving.status import Code, RequestError
 from tests.serving.helpers import (
     ARTICLE,

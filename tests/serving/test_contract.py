@@ -1,4 +1,4 @@
-"""The serving contract (pgn_tf.serving_contract): written once inside the SavedModel, read by the
+"""The serving contract (pgn_tf.saved_model.contract): written once inside the SavedModel, read by the
 server when a version loads, and read fail-closed: a version whose contract cannot be read gets
 the conservative budget and one warning, never no budget."""
 
@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_log_pb2
 
-from pgn_tf import serving_contract as sc
+from pgn_tf.saved_model import contract as sc
 from pgn_tf.serving.models import LoadedVersion
 from pgn_tf.serving.predict import Predictor
-from pgn_tf.serving.server import Server
+from pgn_tf.serving.service import Server
 from pgn_tf.serving.validation import Limits
 from tests.serving.helpers import ARTICLE, request, stub, summaries
 
@@ -114,7 +114,7 @@ def test_importing_the_contract_starts_no_tensorflow():
     import subprocess
     import sys
 
-    code = ("import sys, pgn_tf.serving_contract; "
+    code = ("import sys, pgn_tf.saved_model.contract; "
             "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

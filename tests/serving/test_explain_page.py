@@ -1,7 +1,7 @@
 """The explanation page (serving.explain), in a real headless Chromium: it loads, takes an
 article, shows the summary with one p_gen-coloured span per output token and the attention on
 hover, and its screenshot is not blank. No skip: a missing browser fails the test (Debian's
-chromium and chromium-driver; tests/install_browser.sh installs them when missing)."""
+chromium and chromium-driver; tests/install_system.sh installs them when missing)."""
 
 import io
 import json
@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from pgn_tf import config as config_lib
-from pgn_tf.inference import article_tokens
+from pgn_tf.inference.api import article_tokens
 from pgn_tf.serving import explain
 from pgn_tf.serving.rest_service import RestApp
 from pgn_tf.serving.server import build_parser, options_from_args

@@ -9,7 +9,7 @@ import grpc
 import pytest
 
 from pgn_tf.serving.batching import BatchingParameters
-from pgn_tf.serving.server import Server
+from pgn_tf.serving.service import Server
 from tests.serving.helpers import (
     add_version,
     raw_http,

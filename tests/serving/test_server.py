@@ -12,17 +12,11 @@ from tensorflow_serving.apis import (
     model_service_pb2_grpc,
 )
 
-from pgn_tf.inference import Summarizer
+from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.serving import client
 from pgn_tf.serving.models import ModelSpec
-from pgn_tf.serving.server import (
-    ServerOptions,
-    as_model_spec,
-    build_parser,
-    main,
-    options_from_args,
-    read_model_config,
-)
+from pgn_tf.serving.server import build_parser, main, options_from_args
+from pgn_tf.serving.service import ServerOptions, as_model_spec, read_model_config
 from tests.serving.helpers import ARTICLE, METRICS_PATH, request, rest, stub, summaries
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -21,7 +21,7 @@ from tensorflow_serving.apis import (
 from pgn_tf.serving import models
 from pgn_tf.serving.batching import BatchingParameters
 from pgn_tf.serving.models import LoadedVersion, ModelSpec, ServedModel
-from pgn_tf.serving.server import Server
+from pgn_tf.serving.service import Server
 from tests.serving.helpers import (
     add_version,
     request,

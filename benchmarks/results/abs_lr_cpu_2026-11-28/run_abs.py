@@ -4,8 +4,8 @@ import json
 import os
 import sys
 
-from pgn_tf import train
 from pgn_tf.data import synthetic, tfrecord
+from pgn_tf.training.run import train
 
 enc, lr, seed, prec, work = sys.argv[1:6]  # prec "" is float32
 root = work + "/corpus"
@@ -17,15 +17,13 @@ if not os.path.exists(root + "/done"):
     json.dump(c, open(root + "/done", "w"))
 c = json.load(open(root + "/done"))
 md = work + f"/m_{enc}_{lr}_{seed}_{prec}_{os.getpid()}"
-r = train.run(train.build_parser().parse_args([
-    "--model_dir", md, "--config", "rush2015_abs", "--quiet",
-    "--train_data", root + "/train.article.txt",
-    "--eval_data", c["validation"], "--set", f"model.abs_encoder={enc}",
-    "--set", "model.hidden_dim=32", "--set", "model.emb_dim=16",
-    "--set", "data.vocab_size=200", "--set", "data.max_enc_steps=60",
-    "--set", "data.max_dec_steps=14", "--set", "train.batch_size=32",
-    "--set", "data.min_count=1", "--set", f"train.mixed_precision={prec}", "--set", f"train.seed={seed}",
-    "--set", f"train.learning_rate={lr}", "--set", "train.max_steps=80",
-    "--set", "train.eval_every=40", "--set", "train.eval_batches=2",
-    "--set", "train.eval_samples=0", "--set", "decode.max_dec_steps=14"]))
+settings = ["model.hidden_dim=32", "model.emb_dim=16", "data.vocab_size=200",
+            "data.max_enc_steps=60", "data.max_dec_steps=14", "train.batch_size=32",
+            "data.min_count=1", f"train.mixed_precision={prec}", f"train.seed={seed}",
+            f"train.learning_rate={lr}", "train.max_steps=80", "train.eval_every=40",
+            "train.eval_batches=2", "train.eval_samples=0", "decode.max_dec_steps=14",
+            f"model.abs_encoder={enc}"]
+# the library call (the first runs went through the train command in-process, same settings)
+r = train(md, "rush2015_abs", settings, train_data=root + "/train.article.txt",
+          eval_data=c["validation"], progress=False).as_dict()
 print("RESULT", enc, lr, seed, prec, r.get("initial_eval_loss"), r.get("eval_loss"), flush=True)

@@ -1,0 +1,218 @@
+"""Raw text in, summary out, entirely in the graph: the function that evaluate, summarize and the
+exported SavedModel all run, so in-process and served summaries cannot differ.
+
+`Summarizer.summarize(articles_tensor, request) -> dict of tensors` is the low-level call (the
+search built by `decoding.search.Search.from_params`); `Summarizer.__call__` / `decode` /
+`explain` (inference.api) run it as compiled calls, one tf.function per request, traced once per
+batch-size bucket (inference.batching).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+
+import tensorflow as tf
+
+from pgn_tf import config as config_lib
+from pgn_tf import text
+from pgn_tf import vocab as vocab_lib
+from pgn_tf.data import dataset
+from pgn_tf.decoding.beam_state import ARTICLE, tile_beams
+from pgn_tf.decoding.search import DecodeRequest, Search
+from pgn_tf.inference.api import SummarizerAPI
+from pgn_tf.inference.batching import Buckets
+from pgn_tf.layers.pointer import copy_slots
+
+_BATCH_KEYS = ("summaries", "scores")
+_VERBOSE_KEYS = ("summaries", "scores", "tokens", "attention", "p_gen")
+
+
+def _request_keys(request: DecodeRequest) -> tuple[str, ...]:
+    """The outputs a compiled call for `request` hands back."""
+    if request.attention:
+        return _VERBOSE_KEYS
+    keys = _BATCH_KEYS
+    if request.tokens or request.p_gen:
+        keys += ("length",)
+    if request.tokens:
+        keys += ("tokens", "raw_tokens")
+    if request.p_gen:
+        keys += ("p_gen",)
+    return keys
+
+
+class CompiledCalls:
+    """The compiled calls of one `summarize` function: a tf.function per request (its ABS+
+    weights, when it has them, passed as a tensor, so new weights do not retrace), each traced
+    once per padded batch size. Built at a Summarizer's first call, so decode.* settings changed
+    before it are used; `Summarizer.recompile()` drops them."""
+
+    def __init__(self, summarize: Callable, max_batch: int):
+        self.summarize = summarize
+        self.fns: dict[tuple[DecodeRequest, bool], Callable] = {}
+        self.buckets = Buckets(max_batch)  # batch sizes the batch calls have been traced for
+
+    def __call__(self, articles: tf.Tensor, request: DecodeRequest) -> dict:
+        weights = request.feature_weights
+        key = (dataclasses.replace(request, feature_weights=None), weights is not None)
+        fn = self.fns.get(key)
+        if fn is None:
+            keys, plain = _request_keys(request), key[0]
+            summarize = self.summarize
+            if weights is None:
+                fn = tf.function(lambda a: _pick(summarize(a, plain), keys))
+            else:
+                fn = tf.function(lambda a, w: _pick(
+                    summarize(a, dataclasses.replace(plain, feature_weights=w)), keys))
+            self.fns[key] = fn
+        if weights is None:
+            return fn(articles)
+        return fn(articles, tf.constant(weights, tf.float32))
+
+    def tracing_count(self) -> int:
+        """How many times the batch calls have been traced, over every request."""
+        return sum(int(fn.experimental_get_tracing_count())
+                   for (request, _), fn in self.fns.items() if not request.attention)
+
+
+def _pick(out: dict, keys) -> dict:
+    return {k: out[k] for k in keys if k in out}
+
+
+class Summarizer(SummarizerAPI, tf.Module):
+    """Tokenize -> vocab + in-graph OOV mapping -> encode -> batched beam search -> words.
+
+    Args:
+      model: any model with the search interface (encode / decode_step).
+      vocab: the model's Vocab; cfg: its Config (data and decode sections are used).
+    """
+
+    def __init__(self, model, vocab: vocab_lib.Vocab, cfg: config_lib.Config):
+        super().__init__(name="summarizer")
+        self.model = model
+        self.vocab = vocab
+        self.cfg = cfg
+        self.table = vocab.lookup_table
+        self.words = vocab.words_tensor
+
+    @classmethod
+    def from_model_dir(cls, model_dir: str, which: str = "best",
+                       overrides: Sequence[str] = (), where: str = "decoding") -> Summarizer:
+        """The model of a model dir (`which`: best, latest or a checkpoint path) with its
+        decoding config: the tuned ABS+ weights the dir holds (pgn_tf.tune), then `overrides`
+        ("decode.key=value"; `where` names the caller in a refusal of another key):
+        inference.loading.load_model."""
+        from pgn_tf.inference.loading import load_model
+
+        cfg, vocab, model, _ = load_model(model_dir, which, overrides, where)
+        return cls(model, vocab, cfg)
+
+    # -- the compiled calls (SummarizerAPI) -------------------------------------------------
+
+    @property
+    def compiled(self) -> CompiledCalls:
+        calls = self.__dict__.get("_compiled_calls")
+        if calls is None:
+            calls = CompiledCalls(self.summarize, self.batch_size)
+            object.__setattr__(self, "_compiled_calls", calls)  # not a tracked attribute
+        return calls
+
+    def recompile(self) -> None:
+        """Forgets the traced calls (after a change of cfg.decode, say)."""
+        self.__dict__.pop("_compiled_calls", None)
+
+    def _run_batch(self, articles: list[str], request: DecodeRequest) -> dict:
+        n = len(articles)
+        bucket = self.compiled.buckets.pick(n)
+        # Padding rows repeat the last article: they finish when it does, and are dropped.
+        padded = articles + [articles[-1]] * (bucket - n)
+        out = self.compiled(tf.constant(padded, tf.string), request)
+        return {k: v.numpy()[:n] for k, v in out.items()}
+
+    def _run_verbose(self, article: str, request: DecodeRequest) -> dict:
+        out = self.compiled(tf.constant([article], tf.string), request)
+        return {k: v.numpy() for k, v in out.items()}
+
+    # -- the graph ---------------------------------------------------------------------------
+
+    def encode_text(self, articles: tf.Tensor) -> dict:
+        d = self.cfg.data
+        tokens = text.tokenize(articles, d.lowercase, d.replace_digits,
+                               max_chars=d.max_enc_steps * 20)
+        tokens = tokens[:, : d.max_enc_steps].to_tensor(default_value="")  # [B, L]
+        feats = dataset.encode_articles(tokens, self.vocab)
+        feats["enc_tokens"] = tokens
+        return feats
+
+    def search_inputs(self, feats: dict, k, mixture: bool = False) -> tuple:
+        """(initial state, step_fn) of the search interface for encoded articles `feats`
+        (encode_text) with k hypotheses each. The state is {"dec": the decoder's state,
+        ARTICLE: the encoder's outputs}, both tiled to [B*k, ...]: the encoder outputs travel
+        in the state so that the beam search can drop finished articles from the batch.
+        mixture: a pointer model's step returns its distribution in parts (layers.pointer.Mixture,
+        for the beam search alone), the source's copy slots computed here once an article."""
+        enc, state = self.model.encode(
+            feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
+            max_dec_steps=feats.get("max_dec_steps"),
+        )
+        mixture = mixture and getattr(self.model, "pointer_gen", False)
+        if mixture:
+            enc["copy_slot"], enc["copy_first"] = copy_slots(enc["ext_ids"], enc["mask"])
+        state = {"dec": tile_beams(state, k), ARTICLE: tile_beams(enc, k)}
+        kw = {"mixture": True} if mixture else {}
+
+        def step_fn(ids, step, st):
+            log_probs, dec, extras = self.model.decode_step(ids, step, st["dec"], st[ARTICLE],
+                                                            **kw)
+            return log_probs, {"dec": dec, ARTICLE: st[ARTICLE]}, extras
+
+        return state, step_fn
+
+    def summarize(self, articles, request: DecodeRequest | None = None) -> dict:
+        """articles: string [B]. Returns summaries string [B] (detokenized), tokens string
+        [B, T] ("" pad), length int32 [B], scores float32 [B], and raw_summaries / raw_tokens:
+        the same before decode.replace_unk put source words in place of [UNK]. With
+        request.attention: attention float32 [B, T, L], p_gen float32 [B, T] and source_tokens
+        string [B, L]; with request.p_gen: p_gen alone (cheaper: no attention history is kept).
+
+        The search is the config's decode.* (docs/usage.md "Decode, evaluate, explain") with
+        what `request` asks of this call (beam size, step limits, method, ABS+ weights), put
+        together by `Search.from_params`."""
+        request = request or DecodeRequest()
+        search = Search.from_params(self.cfg, request, self.vocab.words)
+        articles = tf.reshape(tf.convert_to_tensor(articles, tf.string), [-1])
+        feats = dict(self.encode_text(articles), max_dec_steps=search.max_steps)
+        batch = tf.shape(articles)[0]
+        src_len = tf.shape(feats["enc_ids"])[1]
+        state, step_fn = self.search_inputs(feats, search.hypotheses, mixture=search.mixture)
+        source_ids = None
+        if search.rescores:  # Rush et al.'s ABS+ features / extractive decoding
+            source_ids = tf.where(tf.sequence_mask(feats["enc_len"], src_len),
+                                  feats["enc_ext_ids"], -1)
+        res = search.run(step_fn, state, batch_size=batch, src_len=src_len,
+                         source_ids=source_ids)
+        words = vocab_lib.ids_to_words(res["ids"], self.words, feats["oovs"])
+        keep = tf.range(tf.shape(words)[1])[None, :] < res["length"][:, None]
+        raw_tokens = tf.where(keep, words, "")
+        tokens = raw_tokens
+        if search.replace_unk:  # OpenNMT's replace_unk: the most attended source word
+            replaced = vocab_lib.replace_unk_ids(res["ids"], res["src_pos"],
+                                                 feats["enc_ext_ids"], feats["enc_len"])
+            tokens = tf.where(keep, vocab_lib.ids_to_words(replaced, self.words, feats["oovs"]),
+                              "")
+        lines = self.cfg.decode.sentence_lines  # one sentence a line in the output text
+        out = {
+            "summaries": text.detokenize(text.join_tokens(tokens, keep, lines)),
+            "tokens": tokens,
+            "raw_summaries": text.detokenize(text.join_tokens(raw_tokens, keep, lines)),
+            "raw_tokens": raw_tokens,
+            "length": res["length"],
+            "scores": res["score"],
+        }
+        if "p_gen" in res and (request.attention or request.p_gen):
+            out["p_gen"] = res["p_gen"]
+        if request.attention and "attn" in res:
+            out["attention"] = res["attn"]
+            out["source_tokens"] = feats["enc_tokens"]
+        return out

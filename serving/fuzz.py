@@ -1,0 +1,316 @@
+"""The request decoders fuzzed: a coverage-guided campaign (atheris, libFuzzer) over what turns a
+client's bytes into tensors, through the server's own handlers.
+
+    python -m pgn_tf.serving.fuzz --target grpc|rest|all [--counts FILE] [libFuzzer flags] [CORPUS]
+    python -m pgn_tf.serving.fuzz --target T --counts FILE --replay FILE...
+
+is the child process a campaign runs (`run_campaign`, `replay`; benchmarks/fuzz_decoders.py and
+tests/serving/test_fuzz.py call them): libFuzzer's flags (-atheris_runs=N, -seed=S,
+-artifact_prefix=DIR/) and corpus dirs go to atheris as they are.
+
+Inputs. A fuzz input is one request: its first byte picks a method of the target's table
+(`TARGETS`: gRPC Predict, GetModelMetadata, GetModelStatus and Classify; REST POST :predict on
+three routes, and gzip-encoded), the rest is the payload: a serialized request for gRPC, a JSON
+body (or its gzip) for REST; serving.fuzz_mutators mutates both, structure-aware. A gRPC
+payload goes where the gRPC server sends it: the method is looked up among the handlers
+`grpc_service.add_to_server` registers (Classify is not one: gRPC answers UNIMPLEMENTED before
+it reads a byte), then their request parser, the handler (serving.validation's checks,
+tf.make_ndarray, the contract's ranges, the work budget: serving.predict) and the response
+serializer. A REST body goes through `rest_service.RestApp`, called as waitress calls it. The
+server's default limits apply.
+Accepted requests run on a stand-in export (`write_stand_in_export`): the real export's archive
+(pgn_tf.saved_model.export: its three signatures and input specs, summarize_options' range
+assertions, the serving contract, the warm-up requests) around a summarizer that echoes its
+articles instead of running a beam search, so an input costs its parsing, checks and conversion
+to tensors and a run of a small graph, not a decode.
+
+Outcomes. A request answered OK (HTTP 200) is accepted; one answered with a client's status
+(`CLIENT_CODES`, or their HTTP statuses) is refused; both are counted per method (`--counts`).
+Anything else is a finding: another status (INTERNAL: an exception the server did not expect),
+an exception escaping a handler, a status message longer than serving.status allows or naming
+the export's path, an input whose answer raised the process' RSS more than MAX_GROWTH_MB. The
+harness raises `Finding`, which libFuzzer keeps as a crash-* reproducer;
+an abort or a signal (TensorFlow's C++ CHECK failures on malformed TensorProtos) kills the
+process and libFuzzer's handler keeps the input the same way. Hence the child process.
+
+Coverage is Python's: the functions of the serving modules a request passes through, and
+tf.make_ndarray, carry atheris' instrumentation (`instrument`); TensorFlow's C++ is not
+instrumented, so libFuzzer's `cov:` counts Python branches.
+
+The child's target lives in serving.fuzz_harness. Importing either module needs no atheris
+(the child imports it where it starts fuzzing).
+"""
+
+from __future__ import annotations
+
+if __name__ == "__main__":  # the child process: quiet start, then main() (pgn_tf.commands)
+    from pgn_tf.commands import run_command
+
+    raise SystemExit(run_command("pgn_tf.serving.fuzz"))
+import argparse
+import atexit
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from pgn_tf.serving.fuzz_harness import (
+    TARGETS,
+    TEXTS,
+    Harness,
+    instrument,
+    seed_corpus,
+    serving_modules,
+    write_stand_in_export,
+)
+from pgn_tf.serving.fuzz_mutators import Mutator
+
+
+@dataclasses.dataclass
+class CampaignResult:
+    """What one campaign's child process reported.
+
+    executed: inputs run; seconds: the fuzzing's wall time (after start-up); cov / ft:
+    libFuzzer's coverage counters (Python branches, features) at the end; corpus: inputs in
+    the corpus at the end, new_units: those the campaign added; peak_rss_mb: the rss libFuzzer
+    last printed (the harness resets the high-water mark before each input, so this is the
+    peak of the latest inputs, not of the whole campaign: the per-input check covers that);
+    crashes, timeouts, ooms: the reproducers libFuzzer wrote (crash-*, timeout-*, oom-* /
+    leak-*); outcomes: {"grpc Predict INVALID_ARGUMENT": n, ...}; returncode: the child's exit
+    status (0: all runs, no finding); log: its output."""
+
+    target: str
+    runs: int
+    seed: int
+    executed: int
+    seconds: float
+    cov: int
+    ft: int
+    corpus: int
+    new_units: int
+    peak_rss_mb: int
+    crashes: list
+    timeouts: list
+    ooms: list
+    outcomes: dict
+    returncode: int
+    log: str
+
+    @property
+    def inputs_per_s(self) -> float:
+        return self.executed / self.seconds if self.seconds else 0.0
+
+    def tally(self, kind: str) -> tuple[int, int]:
+        """(accepted, refused) requests of one kind, "grpc" or "rest"."""
+        accepted = refused = 0
+        for outcome, n in self.outcomes.items():
+            if outcome.startswith(kind + " "):
+                if outcome.endswith((" OK", " 200")):
+                    accepted += n
+                else:
+                    refused += n
+        return accepted, refused
+
+    def summary(self) -> dict:
+        """The figures, without the per-method outcomes."""
+        out = {k: v for k, v in dataclasses.asdict(self).items() if k != "outcomes"}
+        out["inputs_per_s"] = round(self.inputs_per_s, 1)
+        for kind in ("grpc", "rest"):
+            out[f"{kind}_accepted"], out[f"{kind}_refused"] = self.tally(kind)
+        return out
+
+
+_STATUS_LINE = re.compile(rb"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+) corp: (\d+)/.* rss: (\d+)Mb",
+                          re.M)
+_DONE = re.compile(rb"^Done (\d+) in", re.M)
+
+
+def parse_stats(text: bytes) -> dict:
+    """libFuzzer's output -> {"executed", "cov", "ft", "corpus", "peak_rss_mb"}: its last status
+    line (cov and ft only grow, and each growth prints one; rss is the process' peak) and
+    atheris' "Done N in S second(s)"."""
+    out = {"executed": 0, "cov": 0, "ft": 0, "corpus": 0, "peak_rss_mb": 0}
+    lines = _STATUS_LINE.findall(text)
+    if lines:
+        n, cov, ft, corp, rss = (int(x) for x in lines[-1])
+        out.update(executed=n, cov=cov, ft=ft, corpus=corp, peak_rss_mb=rss)
+    done = _DONE.findall(text)
+    if done:
+        out["executed"] = int(done[-1])
+    return out
+
+
+def _child(args: list, log: str, wall_timeout_s: float | None) -> int:
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    env["CUDA_VISIBLE_DEVICES"] = ""  # parsing is fuzzed: no GPU wanted
+    env["PYTHONHASHSEED"] = "0"  # a seeded campaign repeats itself
+    with open(log, "wb") as f:
+        return subprocess.run([sys.executable, "-m", "pgn_tf.serving.fuzz", *args], stdout=f,
+                              stderr=subprocess.STDOUT, env=env,
+                              timeout=wall_timeout_s).returncode
+
+
+def _files(directory: str, prefix: str = "") -> list:
+    return sorted(os.path.join(directory, f) for f in os.listdir(directory)
+                  if f.startswith(prefix))
+
+
+def run_campaign(target: str, runs: int, seed: int, out_dir: str, timeout_s: int = 30,
+                 max_len: int = 8192, rss_limit_mb: int = 6144,
+                 wall_timeout_s: float | None = None) -> CampaignResult:
+    """Fuzzes `target` ("grpc", "rest" or "all") for `runs` inputs in a child process, from the
+    seed corpus plus what earlier campaigns kept in out_dir/corpus-TARGET; reproducers go to
+    out_dir/artifacts/, the child's output to out_dir/fuzz-TARGET.log.
+
+    Args:
+      seed: libFuzzer's -seed (a campaign from the same corpus repeats itself);
+      timeout_s: libFuzzer's -timeout, seconds one input may take (else a timeout-* reproducer);
+      max_len: the longest input; rss_limit_mb: libFuzzer's -rss_limit_mb (TensorFlow takes
+        about 1 GB before the first input); wall_timeout_s: the child is killed after this long
+        (subprocess.TimeoutExpired; None: no limit).
+    """
+    if target not in TARGETS:
+        raise ValueError(f"unknown target '{target}' ({', '.join(TARGETS)})")
+    corpus = os.path.join(out_dir, f"corpus-{target}")
+    artifacts = os.path.join(out_dir, "artifacts")
+    for d in (corpus, artifacts):
+        os.makedirs(d, exist_ok=True)
+    counts = os.path.join(out_dir, f"counts-{target}.json")
+    log = os.path.join(out_dir, f"fuzz-{target}.log")
+    if os.path.exists(counts):
+        os.remove(counts)
+    before = set(_files(artifacts))
+    kept = len(_files(corpus))
+    rc = _child(["--target", target, "--counts", counts, "--seed_corpus", corpus,
+                 "--export_base", os.path.join(out_dir, f"export-{target}"),
+                 f"-atheris_runs={runs}", f"-seed={seed}",
+                 f"-artifact_prefix={artifacts}{os.sep}", f"-timeout={timeout_s}",
+                 f"-max_len={max_len}", f"-rss_limit_mb={rss_limit_mb}", "-reload=0", corpus],
+                log, wall_timeout_s)
+    with open(log, "rb") as f:
+        stats = parse_stats(f.read())
+    outcomes, seconds = {}, 0.0
+    if os.path.exists(counts):
+        with open(counts) as f:
+            c = json.load(f)
+        outcomes, seconds = c["counts"], c["seconds"]
+        stats["executed"] = max(stats["executed"], c["inputs"])
+    new = [f for f in _files(artifacts) if f not in before]
+    seeds = sum(1 for f in os.listdir(corpus) if f.startswith("seed-"))
+    return CampaignResult(
+        target=target, runs=runs, seed=seed, seconds=round(seconds, 1),
+        new_units=max(0, len(_files(corpus)) - max(kept, seeds)),
+        crashes=[f for f in new if os.path.basename(f).startswith("crash-")],
+        timeouts=[f for f in new if os.path.basename(f).startswith("timeout-")],
+        ooms=[f for f in new if os.path.basename(f).startswith(("oom-", "leak-"))],
+        outcomes=outcomes, returncode=rc, log=log, **stats)
+
+
+@dataclasses.dataclass
+class ReplayResult:
+    """outcomes: each input's outcome in order ("grpc Predict INVALID_ARGUMENT"), as far as
+    the child got; returncode: 0 when every input was answered without a finding (a Finding
+    exits 1, an abort or a signal with its negative number); log: the child's output."""
+
+    outcomes: list
+    returncode: int
+    log: str
+
+
+def replay(target: str, inputs: list[bytes], out_dir: str,
+           wall_timeout_s: float | None = 600) -> ReplayResult:
+    """Feeds each of `inputs` (fuzz inputs of `target`, e.g. a campaign's crash-* files) once
+    through the Harness in a child process, without atheris."""
+    if target not in TARGETS:
+        raise ValueError(f"unknown target '{target}' ({', '.join(TARGETS)})")
+    os.makedirs(out_dir, exist_ok=True)
+    files = []
+    for i, data in enumerate(inputs):
+        files.append(os.path.join(out_dir, f"input-{i}"))
+        with open(files[-1], "wb") as f:
+            f.write(data)
+    counts = os.path.join(out_dir, f"replay-{target}.json")
+    log = os.path.join(out_dir, f"replay-{target}.log")
+    if os.path.exists(counts):
+        os.remove(counts)
+    rc = _child(["--target", target, "--counts", counts, "--replay", *files], log,
+                wall_timeout_s)
+    outcomes = []
+    if os.path.exists(counts):
+        with open(counts) as f:
+            outcomes = json.load(f)["outcomes"]
+    return ReplayResult(outcomes, rc, log)
+
+
+# -- the child process -----------------------------------------------------------------------
+
+
+def _dump(path: str | None, record: dict) -> None:
+    if path is None:
+        return
+    with open(path + ".tmp", "w") as f:
+        json.dump(record, f, sort_keys=True)
+    os.replace(path + ".tmp", path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    p = argparse.ArgumentParser(prog="python -m pgn_tf.serving.fuzz",
+                                description=__doc__.splitlines()[0])
+    p.add_argument("--target", choices=sorted(TARGETS), required=True)
+    p.add_argument("--counts", help="where the outcome counts are written (JSON)")
+    p.add_argument("--seed_corpus", help="a dir the seed corpus is written to first")
+    p.add_argument("--export_base", help="where the stand-in export is written (default: a "
+                   "temporary dir)")
+    p.add_argument("--replay", nargs="+", metavar="FILE",
+                   help="answer these inputs once each, without atheris")
+    args, libfuzzer_args = p.parse_known_args(argv)
+    methods = TARGETS[args.target]
+    base = args.export_base or tempfile.mkdtemp(prefix="pgn-fuzz-")
+    shutil.rmtree(base, ignore_errors=True)
+    if not args.export_base:
+        atexit.register(shutil.rmtree, base, True)
+    version_dir = write_stand_in_export(base)
+    if args.replay:
+        harness = Harness(base, methods)
+        outcomes = []
+        for path in args.replay:
+            with open(path, "rb") as f:
+                outcomes.append(harness.one(f.read()))
+            _dump(args.counts, {"outcomes": outcomes})  # after each: a crash keeps the rest
+            print(f"{path}: {outcomes[-1]}", flush=True)
+        return 0
+
+    import atheris
+
+    if args.seed_corpus:
+        os.makedirs(args.seed_corpus, exist_ok=True)
+        for i, data in enumerate(seed_corpus(methods, version_dir)):
+            with open(os.path.join(args.seed_corpus, f"seed-{i:03d}"), "wb") as f:
+                f.write(data)
+    instrument(serving_modules())
+    harness = Harness(base, methods)
+    started = time.monotonic()
+
+    def write() -> None:
+        _dump(args.counts, {"counts": dict(harness.counts), "inputs": sum(harness.counts.values()),
+                            "seconds": time.monotonic() - started})
+
+    atexit.register(write)  # atheris runs it when -atheris_runs are done
+
+    def test_one_input(data: bytes) -> None:
+        harness.one(data)
+        if sum(harness.counts.values()) % 2000 == 0:
+            write()
+
+    # atheris.Mutate is looked up on each call: atheris binds it once Fuzz() starts
+    mutator = Mutator(methods, lambda data, max_size: atheris.Mutate(data, max_size), TEXTS)
+    atheris.Setup([sys.argv[0], *libfuzzer_args], test_one_input, custom_mutator=mutator)
+    atheris.Fuzz()
+    return 0
