@@ -260,13 +260,13 @@ class Harness:
         from pgn_tf.serving.metrics import Metrics
         from pgn_tf.serving.models import ModelRegistry, ModelSpec, ServedModel
         from pgn_tf.serving.predict import Predictor
-        from pgn_tf.serving.server import ServerOptions
+        from pgn_tf.serving.service import ServerOptions
         from pgn_tf.serving.status import HTTP_STATUS, MAX_MESSAGE_CHARS, Code
 
         self.base = base
         self.methods = methods
         self.max_growth_mb = max_growth_mb
-        opts = ServerOptions()  # the server's defaults, as serving.server.Server uses them
+        opts = ServerOptions()  # the server's defaults, as serving.service.Server uses them
         model = ServedModel(MODEL_NAME, ModelSpec(os.path.join(base, MODEL_NAME),
                                                   labels={LABEL: MODEL_VERSION}))
         self.registry = ModelRegistry({MODEL_NAME: model}, poll_seconds=0)

@@ -20,8 +20,15 @@ import apache_beam as beam
 import pytest
 
 from pgn_tf.data import jsonl, synthetic, tfrecord
-from pgn_tf.pipelines import portable, preprocess, preprocessing, splits, summarize, summarizing
-from pgn_tf.pipelines import run as flow
+from pgn_tf.pipelines import (
+    flow,
+    portable,
+    preprocess,
+    preprocessing,
+    splits,
+    summarize,
+    summarizing,
+)
 
 STARTUP_S = 120  # a scheduler and workers importing dask (and TF, on a loaded 2-core machine)
 

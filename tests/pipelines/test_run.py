@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from pgn_tf.data import jsonl, synthetic
+from pgn_tf.pipelines import flow
 from pgn_tf.pipelines import push as push_lib
-from pgn_tf.pipelines import run as flow
+from pgn_tf.pipelines import run as flow_command
 
 
 def write_config(tmp_path, name, corpus, serving_base, max_steps, margin):
@@ -45,7 +46,7 @@ def test_flow_pushes_only_better_models_and_skips_finished_steps(tmp_path, capsy
         # 1. Nothing is served yet: the candidate is compared with lead-8; a negative margin
         # makes this first push independent of how good 120 tiny steps are.
         first = write_config(tmp_path, "run1", corpus, serving_base, 120, -100.0)
-        assert flow.main(["--config", first]) == 0
+        assert flow_command.main(["--config", first]) == 0
         out = capsys.readouterr().out
         assert '"baseline": "lead8w"' in out and "push: version 1" in out
         assert flow.served_versions(serving_base) == [1]
@@ -57,13 +58,13 @@ def test_flow_pushes_only_better_models_and_skips_finished_steps(tmp_path, capsy
         assert summarize(f"127.0.0.1:{server.port}", "pgn", [article])[0]  # served, no restart
 
         # 2. Running the same config again redoes nothing.
-        assert flow.main(["--config", first]) == 0
+        assert flow_command.main(["--config", first]) == 0
         out = capsys.readouterr().out
         assert out.count("done earlier, skipped") == 6 and "running" not in out
 
         # 3. A model trained for 2 steps is no better than the served one: not pushed.
         second = write_config(tmp_path, "run2", corpus, serving_base, 2, 0.0)
-        assert flow.main(["--config", second]) == 0
+        assert flow_command.main(["--config", second]) == 0
         out = capsys.readouterr().out
         verdict = json.loads((tmp_path / "run2" / "bless" / "_COMPLETE.json").read_text())
         assert verdict["outputs"]["blessed"] is False
@@ -101,7 +102,7 @@ def test_resumes_a_run_killed_after_training(tmp_path, monkeypatch):
 def test_bad_config_is_a_one_line_error(tmp_path, capsys, text, message):
     path = tmp_path / "p.yaml"
     path.write_text(text)
-    assert flow.main(["--config", str(path)]) == 2
+    assert flow_command.main(["--config", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
 
@@ -231,7 +232,7 @@ def test_a_second_run_on_a_locked_run_dir_is_refused(tmp_path, capsys):
                                     "preprocess": {"input": str(tmp_path / "none.jsonl")},
                                     "push": {"serving_base": str(tmp_path / "serving")}}))
     with DirLock(str(tmp_path / "run"), "pipeline run dir"):
-        assert flow.main(["--config", str(path)]) == 2
+        assert flow_command.main(["--config", str(path)]) == 2
         assert os.listdir(tmp_path / "run") == [".lock"]  # nothing else was written
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"pgn_tf.pipelines.run: error: pipeline run dir {tmp_path / 'run'} is in "
