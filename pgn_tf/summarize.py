@@ -36,11 +36,10 @@ if __name__ == "__main__":  # the command line: quiet start, then main() (pgn_tf
 
     raise SystemExit(run_command("pgn_tf.summarize"))
 import argparse
-import contextlib
-import logging
 import sys
 
 from pgn_tf.inference import corpus
+from pgn_tf.utils import logs
 from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
@@ -93,25 +92,6 @@ def check_flags(a: argparse.Namespace) -> None:
                         "fixed: python -m pgn_tf.export --set ...)")
 
 
-@contextlib.contextmanager
-def _log_to_stderr():
-    """pgn_tf's INFO records as `[pgn_tf] ...` lines on standard error while inside (standard
-    output carries the summaries)."""
-    logger = logging.getLogger("pgn_tf")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("[pgn_tf] %(message)s"))
-    before = logger.level, logger.propagate
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(before[0])
-        logger.propagate = before[1]
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parses the flags, loads the summarizer and calls pgn_tf.inference.corpus with them:
     prints one text's summary, or the batch form's counts on standard error; 2 on an error the
@@ -140,5 +120,5 @@ def main(argv: list[str] | None = None) -> int:
             on_error=a.on_error, progress=a.progress)
         print(f"[pgn_tf.summarize] {counts.line()}", file=sys.stderr)
 
-    with _log_to_stderr():
+    with logs.to_stderr():
         return run_cli("pgn_tf.summarize", run)

@@ -32,18 +32,20 @@ class _Lines(logging.Formatter):
         return f"{start}[{label}] {record.getMessage()}"
 
 
-class _Stdout(logging.StreamHandler):
-    """A StreamHandler on the sys.stdout of the moment each record is written."""
+class _Current(logging.StreamHandler):
+    """A StreamHandler on sys.stdout or sys.stderr as it is the moment each record is written
+    (a test's redirect, a pipe)."""
 
-    def __init__(self):
-        super().__init__(sys.stdout)
+    def __init__(self, name: str):
+        self._which = name
+        super().__init__(getattr(sys, name))
 
     @property
     def stream(self):
-        return sys.stdout
+        return getattr(sys, self._which)
 
     @stream.setter
-    def stream(self, _):  # StreamHandler.__init__ sets it; sys.stdout is read at each write
+    def stream(self, _):  # StreamHandler.__init__ sets it; the stream is read at each write
         pass
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -51,13 +53,23 @@ class _Stdout(logging.StreamHandler):
         self.flush()
 
 
-@contextlib.contextmanager
 def to_stdout(level: int = logging.INFO):
     """While inside: pgn_tf's records of `level` and up are written to standard output as
     `[label] message` lines, and not passed on to the root logger's handlers (a command's
     standard error stays for errors and warnings of other libraries)."""
+    return _shown_on("stdout", level)
+
+
+def to_stderr(level: int = logging.INFO):
+    """to_stdout's lines on standard error: for a command whose standard output is its data
+    (`pgn_tf.summarize` writes summaries there)."""
+    return _shown_on("stderr", level)
+
+
+@contextlib.contextmanager
+def _shown_on(stream: str, level: int):
     logger = logging.getLogger(LOGGER)
-    handler = _Stdout()
+    handler = _Current(stream)
     handler.setFormatter(_Lines())
     before = logger.level, logger.propagate
     logger.addHandler(handler)
