@@ -427,8 +427,8 @@ def test_every_branch_feeds_the_last_step_and_no_step_has_side_or_tagged_outputs
             splits.HashSplit([("train", 0.8), ("validation", 0.2)]),
             ["train", "validation"]))
     else:
-        handler = summarize.SavedModelHandler(str(tmp_path), 4)
-        graph = graph_of(lambda p: summarize.build(
+        handler = summarizing.SavedModelHandler(str(tmp_path), 4)
+        graph = graph_of(lambda p: summarizing.build(
             p, str(tmp_path / "*.jsonl"), None, "article", "summary", str(tmp_path / "s"),
             handler, 1))
     leaves = sorted({label for pcoll, label in graph.produced.items()
