@@ -146,6 +146,11 @@ class TrainConfig:
     # A new phase (coverage conversion, new objective) starts from the previous phase's "best"
     # checkpoint, or its "latest".
     convert_from: Literal["best", "latest"] = "best"
+    # A phase's name: changing it in a model dir starts a new phase with the same objective (a
+    # restart from convert_from's checkpoint with a fresh optimizer, at this run's learning
+    # rate), as the RL study's ML control restarts ML from the best checkpoint the RL arms
+    # start from (studies/rl_converged.py). Unchanged (the default): a plain resume.
+    phase_name: str = ""
     # The best checkpoint: lowest eval "loss", or highest validation "rouge" (select_rouge of
     # eval_rouge_examples validation articles after eval_skip, decoded with the decode
     # config). Phases with a policy-gradient objective always select by ROUGE.

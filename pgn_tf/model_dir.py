@@ -173,8 +173,9 @@ def phase_change(old: config_lib.Config, new: config_lib.Config, model_dir: str)
     """Whether `new` may continue the model dir trained with `old`, and how.
 
     Raises UserError if the architecture differs. Returns True when training continues with a
-    fresh optimizer: the coverage conversion (old without coverage, new with) or a change of
-    objective (Paulus et al.'s ML -> mixed phase); False for a plain resume."""
+    fresh optimizer: the coverage conversion (old without coverage, new with), a change of
+    objective (Paulus et al.'s ML -> mixed phase) or of train.phase_name (a named restart);
+    False for a plain resume."""
     for key in ARCHITECTURE_KEYS:
         a, b = getattr(old.model, key, None), getattr(new.model, key, None)
         if a != b:
@@ -186,5 +187,6 @@ def phase_change(old: config_lib.Config, new: config_lib.Config, model_dir: str)
         raise UserError(
             f"model dir {model_dir} holds a coverage model; it cannot continue without coverage"
         )
-    return (new.model.coverage and not old.model.coverage) or (
-        new.train.objective != old.train.objective)
+    return ((new.model.coverage and not old.model.coverage)
+            or new.train.objective != old.train.objective
+            or new.train.phase_name != old.train.phase_name)

@@ -3,7 +3,8 @@ one unattended run on the Debian package descriptions (the headlines) or on the 
 
     python -m studies.rl_converged --data_dir DIR --work_dir runs/rl_converged \
         [--corpus descriptions|digests] [--start_minutes 60] [--grid_minutes 10] \
-        [--arm_minutes 60] [--rl_samples 4] [--point LR,GAMMA] [--arms ml,mixed,rl]
+        [--arm_minutes 60] [--rl_samples 4] [--point LR,GAMMA] [--control_point LR] \
+        [--second_seed 4321] [--arms ml,mixed,rl,control,mixed_seed2,control_seed2]
     python -m studies.rl_converged --work_dir runs/rl_converged --render
 
 Earlier RL arms here started from a model ML was still improving and ran 20 minutes, so ML
@@ -15,26 +16,29 @@ continued won by construction (docs/status.md). This study removes both confound
           (`flatness`): RL is meant to start where ML no longer improves.
   grid    the mixed objective (eq. 16, --rl_samples samples an article against their
           leave-one-out mean) from that start for --grid_minutes at every learning rate x
-          gamma of GRID (eq. 16's weight on the RL term; the ML term's is 1 - gamma); each
+          gamma of rl_arms.GRID (eq. 16's weight on the RL term; the ML term's is 1 - gamma); each
           point scored by its best validation ROUGE-Lsum on the selection pairs only (never on
           the scored pairs), decoded as the table decodes (the preset's beam search, beam 4),
           not greedily. The best point sets the arms' learning rate and gamma; --point
           LR,GAMMA gives them instead (a grid run before, on a start of the same recipe) and
           runs no grid.
-  arms    three arms from the start, --arm_minutes each (the same wall-clock budget): ML
-          continued; mixed ML + RL (the chosen learning rate and gamma); RL alone (eq. 15,
-          gamma = 1, the chosen learning rate), as Table 1's three rows. ML continued resumes
-          the start's last checkpoint and optimizer; the grid and the RL arms change the
-          objective, a new phase, so they begin from the start's best checkpoint's weights with
-          a fresh optimizer (pgn_tf.training), the step counter continuing. --arms runs
-          some of them (a study whose other arms ran from an earlier start).
+  control the ML control's learning rate: ML from the same best checkpoint, fresh optimizer,
+          at every rate of rl_arms.CONTROL_GRID (the RL grid's budget), or --control_point LR.
+  arms    the arms of studies.rl_arms from the start, --arm_minutes each: ML continued, mixed
+          ML + RL and RL alone (Table 1's rows), the ML control (differing from the RL arms in
+          the objective alone), and the mixed arm and the control under --second_seed. Every
+          arm but ML continued begins a new phase from the start's best checkpoint with a
+          fresh optimizer (pgn_tf.training), the step counter continuing. --arms runs some.
 
 Scored as the corpus's table scores (studies/quality_table.py on the headlines,
 studies/digest_table.py on the digests, which adds blocks matched and sentences repeated):
-beam 4 on the first --score validation pairs; paired bootstrap (pgn_tf.significance) of each
-RL arm against ML continued, and of every arm against the start, on ROUGE-Lsum and on ROUGE-L
-(the reward); See et al.'s repetition and novelty beside them (Paulus et al. warn that RL
-alone reads worse). Selection and grid use the --select pairs after them.
+beam 4 on the first --score validation pairs; one-sided paired bootstrap (pgn_tf.significance)
+of each RL arm against the control of its seed and against ML continued, of every arm against
+the start, and of each seed-2 arm against seed 1 (the spread between seeds), on ROUGE-Lsum and
+on ROUGE-L (the reward); every scored arm's decoded outputs kept gzipped in
+<work_dir>/decoded/, so any p can be recomputed; See et al.'s repetition and novelty beside
+them (Paulus et al. warn that RL alone reads worse). Selection and grids use the --select pairs
+after them.
 
 Every arm selects its checkpoint as the start did, and a new phase's first evaluation is of
 the weights it starts from: an arm that never beats the start on the selection pairs is scored
@@ -42,7 +46,7 @@ as the start, and the table's "selected step" says so.
 
 Each phase's model dir is kept and a phase that finished is not run again (nor its scoring
 redone), so a run stopped midway resumes where it stopped; --stop_after PHASE ends a run
-cleanly after one phase (start, grid, ml, mixed, rl), for machines lent for less time than
+cleanly after one phase (PHASES), for machines lent for less time than
 the whole study. Writes <work_dir>/rl_table.md (partial until the arms are in), rl.json and a
 JSON line.
 """
@@ -50,15 +54,17 @@ JSON line.
 from __future__ import annotations
 
 import argparse
-import itertools
+import gzip
 import os
+import shutil
 import sys
 
 from benchmarks.common import cpu_flags, emit
-from studies import targets
+from studies import rl_arms, targets
 from studies.digest_table import DigestSettings, DigestTable
 from studies.quality_table import Table, TableSettings, event_scalars, set_flags
 from studies.resumable import StudyState, run_and_write, selected_step
+from studies.rl_arms import ARM_DIRS, ARMS, CONTROL_ARMS
 
 STAGE = "rl_converged"
 # Each corpus's preset, scoring table and defaults: the digests score 600 of their 1,000
@@ -72,17 +78,10 @@ CORPORA = {
                 "score": 600, "select": 400,
                 "start_minutes": 80.0},
 }
-# The grid the mixed objective's learning rate and gamma (eq. 16's weight on the RL term, the
-# ML term's 1 - gamma) are chosen on (selection pairs).
-GRID = {"learning_rate": (3e-5, 1e-4, 3e-4), "gamma": (0.9984, 0.99)}
 FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
-ARMS = ("ML continued", "ML+RL (mixed)", "RL alone")
-ARM_DIRS = dict(zip(ARMS, ("ml", "mixed", "rl")))
 # The phases in the order they run; --stop_after names one to end the run after it cleanly.
-PHASES = ("start", "grid", *ARM_DIRS.values())
-# A policy-gradient step costs a few ML steps, so its phases evaluate (and can be selected)
-# every this many steps, as the quality table's RL arms; ML keeps the preset's cadence.
-RL_EVAL_EVERY = 100
+PHASES = ("start", "grid", "control_grid", *ARM_DIRS.values())
+
 
 
 def flatness(curve: list[dict], key: str = "rougeLsum") -> dict:
@@ -108,33 +107,6 @@ def flatness(curve: list[dict], key: str = "rougeLsum") -> dict:
     return {"points": len(points), "last_third_from_minute": round(cut, 1),
             "last_third_gain": round(gain, 2), "slope_per_10_min": round(slope, 2),
             "flat": gain < FLAT_GAIN}
-
-
-def grid_points(learning_rates=GRID["learning_rate"], gammas=GRID["gamma"]) -> list[dict]:
-    return [{"learning_rate": lr, "gamma": g}
-            for lr, g in itertools.product(learning_rates, gammas)]
-
-
-def best_point(results: list[dict]) -> dict:
-    """The grid point with the highest selection ROUGE-Lsum (the first of equals)."""
-    if not results:
-        raise ValueError("no grid point finished")
-    return max(results, key=lambda r: r["selection_rougeLsum"])
-
-
-def arm_overrides(arm: str, point: dict, rl_samples: int,
-                  rl_eval_every: int = RL_EVAL_EVERY) -> list[str]:
-    """The config overrides of one arm (ARMS) from the start; every arm selects its best
-    checkpoint by ROUGE-Lsum on the selection pairs, as the start did."""
-    if arm == "ML continued":
-        return ["train.objective=ml"]
-    rl = [f"train.rl_learning_rate={point['learning_rate']}", f"train.rl_samples={rl_samples}",
-          f"train.eval_every={rl_eval_every}"]
-    if arm == "ML+RL (mixed)":
-        return ["train.objective=mixed", f"train.rl_gamma={point['gamma']}", *rl]
-    if arm == "RL alone":
-        return ["train.objective=rl", *rl]
-    raise ValueError(f"unknown arm '{arm}' ({', '.join(ARMS)})")
 
 
 class Study:
@@ -176,37 +148,85 @@ class Study:
         print(f"[rl_converged] start: {self.state['start']}", flush=True)
         if self.stop_after("start"):
             return
-        results = []
-        # --point names the arms' learning rate and gamma (a grid run before): no grid
-        for point in [] if a.point else grid_points(a.grid_learning_rates, a.grid_gammas):
-            d = w("grid", f"lr{point['learning_rate']:g}_g{point['gamma']:g}")
-            t = self.phase(d, a.grid_minutes, arm_overrides(
+        runs_rl = [x for x in a.arms if x not in CONTROL_ARMS and x != "ml"]
+        chosen = self.state.get("chosen")
+        if runs_rl:
+            chosen = self.rl_grid(start, t0) if not a.point else rl_arms.given_point(a.point)
+            self.state["chosen"] = chosen
+            self.save()
+        if self.stop_after("grid"):
+            return
+        control_rate = None
+        if any(x in CONTROL_ARMS for x in a.arms):
+            control_rate = self.control_grid(start, t0)
+        if self.stop_after("control_grid"):
+            return
+        rows = self.state.setdefault("rows", {})
+        for arm in [x for x in ARMS if ARM_DIRS[x] in a.arms]:
+            d = w("arms", ARM_DIRS[arm])
+            t = self.phase(d, a.arm_minutes, rl_arms.arm_overrides(
+                arm, chosen, a.rl_samples, a.rl_eval_every, control_rate, a.second_seed),
+                start=start)
+            if not (d in self.reused and arm in rows):
+                rows[arm] = self.table.evaluate(
+                    f"paulus2017 converged start, {arm}", STAGE, d, train=[t0, t],
+                    selected_step=selected_step(d))
+            rows[arm]["decoded_kept"] = self.keep_decoded(rows[arm], ARM_DIRS[arm])
+            self.save()
+            if self.stop_after(ARM_DIRS[arm]):
+                return
+        start_row = self.state["start"]["row"]
+        start_row["decoded_kept"] = self.keep_decoded(start_row, "start")
+        self.state["tests"] = rl_arms.compare_arms(
+            {k: w(r["decoded_kept"]) for k, r in rows.items() if ARM_DIRS[k] in a.arms},
+            w(start_row["decoded_kept"]))
+        self.save()
+
+    def rl_grid(self, start: str, t0: dict) -> dict:
+        """The mixed objective at every point of the RL grid for --grid_minutes -> the best."""
+        a, results = self.a, []
+        for point in rl_arms.grid_points(a.grid_learning_rates, a.grid_gammas):
+            d = self.table.w("grid", f"lr{point['learning_rate']:g}_g{point['gamma']:g}")
+            t = self.phase(d, a.grid_minutes, rl_arms.arm_overrides(
                 "ML+RL (mixed)", point, a.rl_samples, a.rl_eval_every), start=start)
             best = _best_selection_rouge(d, t0["final_step"])
             results.append({**point, "selection_rougeLsum": best, "steps": t["final_step"]})
             self.state["grid"] = results
             self.save()
-        chosen = best_point(results) if results else given_point(a.point)
-        self.state["chosen"] = chosen
-        self.save()
-        if self.stop_after("grid"):
-            return
-        rows = self.state.setdefault("rows", {})
-        for arm in [x for x in ARMS if ARM_DIRS[x] in a.arms]:
-            d = w("arms", ARM_DIRS[arm])
-            t = self.phase(d, a.arm_minutes,
-                           arm_overrides(arm, chosen, a.rl_samples, a.rl_eval_every), start=start)
-            if not (d in self.reused and arm in rows):
-                rows[arm] = self.table.evaluate(
-                    f"paulus2017 converged start, {arm}", STAGE, d, train=[t0, t],
-                    selected_step=selected_step(d))
+        return rl_arms.best_point(results)
+
+    def control_grid(self, start: str, t0: dict) -> float:
+        """The ML control's learning rate: --control_point, or the best of a grid with the RL
+        grid's budget (a point a learning rate, --grid_minutes each, the same selection)."""
+        a = self.a
+        if a.control_point:
+            self.state["control_chosen"] = {"learning_rate": a.control_point, "given": True}
             self.save()
-            if self.stop_after(ARM_DIRS[arm]):
-                return
-        self.state["tests"] = compare_arms(
-            {k: r["decoded"] for k, r in rows.items() if ARM_DIRS[k] in a.arms},
-            self.state["start"]["row"]["decoded"])
+            return a.control_point
+        results = []
+        for lr in a.control_learning_rates:
+            d = self.table.w("control_grid", f"lr{lr:g}")
+            t = self.phase(d, a.grid_minutes, rl_arms.control_overrides(lr), start=start)
+            results.append({"learning_rate": lr, "gamma": 0.0, "steps": t["final_step"],
+                            "selection_rougeLsum": _best_selection_rouge(d, t0["final_step"])})
+            self.state["control_grid"] = results
+            self.save()
+        chosen = rl_arms.best_point(results)
+        self.state["control_chosen"] = {"learning_rate": chosen["learning_rate"]}
         self.save()
+        return chosen["learning_rate"]
+
+    def keep_decoded(self, row: dict, name: str) -> str:
+        """A scored arm's decoded outputs gzipped as decoded/NAME.jsonl.gz in the work dir (kept
+        with the record, so any p-value can be recomputed) -> that path, relative."""
+        rel = os.path.join("decoded", f"{name}.jsonl.gz")
+        path = self.table.w(rel)
+        if row.get("decoded_kept") == rel and os.path.exists(path):
+            return rel
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(row["decoded"], "rb") as src, gzip.GzipFile(path, "wb", mtime=0) as dst:
+            shutil.copyfileobj(src, dst)
+        return rel
 
     def render(self) -> str:
         return render(self.state, self.state.get("settings", vars(self.a)))
@@ -224,16 +244,6 @@ def _best_selection_rouge(model_dir: str, after_step: int) -> float:
     return round(max(values), 2)
 
 
-def given_point(point: tuple[float, ...]) -> dict:
-    """The arms' learning rate and gamma from --point LR,GAMMA, marked as given (no grid)."""
-    if len(point) != 2:
-        raise ValueError(f"--point is LEARNING_RATE,GAMMA, got {len(point)} numbers")
-    learning_rate, gamma = point
-    if not (learning_rate > 0 and 0 <= gamma <= 1):
-        raise ValueError(f"--point needs a learning rate > 0 and 0 <= gamma <= 1, got {point}")
-    return {"learning_rate": learning_rate, "gamma": gamma, "given": True}
-
-
 def selection_beam(preset: str, overrides=()) -> int | str:
     """The beam validation ROUGE decodes with, so the one checkpoint and grid selection read:
     the preset's decode.beam_size under the study's --set (pgn_tf.training.validation decodes
@@ -244,26 +254,6 @@ def selection_beam(preset: str, overrides=()) -> int | str:
         return config_lib.resolve(preset, list(overrides)).decode.beam_size
     except ValueError:
         return "?"
-
-
-def compare_arms(decoded: dict[str, str], start: str | None = None) -> dict:
-    """Paired bootstrap on ROUGE-Lsum and ROUGE-L (the reward) of each RL arm against ML
-    continued, and of each arm against the start it began from (ML continued's test says
-    whether ML was still gaining, which an RL arm's gain over the start then includes)."""
-    from pgn_tf.metrics import significance
-
-    out = {}
-    for arm in ARMS[1:]:
-        for metric in ("rougeLsum", "rougeL"):
-            if arm in decoded and "ML continued" in decoded:
-                out[f"{arm} vs ML continued, {metric}"] = significance.compare(
-                    decoded["ML continued"], decoded[arm], metric)
-    for arm in ARMS:
-        for metric in ("rougeLsum", "rougeL"):
-            if arm in decoded and start:
-                out[f"{arm} vs the start, {metric}"] = significance.compare(
-                    start, decoded[arm], metric)
-    return out
 
 
 def render(state: dict, settings: dict) -> str:
@@ -300,6 +290,17 @@ def render(state: dict, settings: dict) -> str:
         lines += [f"| {g['learning_rate']:g} | {g['gamma']:g} | {g['selection_rougeLsum']} | "
                   f"{g['steps']} |" for g in state["grid"]]
         lines.append("")
+    if state.get("control_grid"):
+        lines += ["The ML control's grid (ML from the start's best checkpoint, fresh "
+                  "optimizer; as many points and minutes as the RL grid):", "",
+                  f"| learning rate | selection ROUGE-Lsum (beam {beam}) | steps |",
+                  "|---|---|---|"]
+        lines += [f"| {g['learning_rate']:g} | {g['selection_rougeLsum']} | {g['steps']} |"
+                  for g in state["control_grid"]]
+        lines.append("")
+    if (state.get("control_chosen") or {}).get("given"):
+        lines += [f"ML control: learning rate {state['control_chosen']['learning_rate']:g} given "
+                  "(--control_point), no control grid.", ""]
     rows = state.get("rows") or {}
     if rows:
         start_step = ((s or {}).get("train") or {}).get("final_step")
@@ -322,11 +323,22 @@ def render(state: dict, settings: dict) -> str:
                                 if digests else "")
                              + f"{r.get('train_steps')} | {sel} |")
         lines.append("")
-    for name, test in (state.get("tests") or {}).items():
+    tests = state.get("tests") or {}
+    against = rl_arms.control_table(tests, targets.P_VALUE)
+    if against:
+        lines += ["The RL arms against the ML control (the same start, checkpoint, fresh "
+                  "optimizer and grid budget; only the objective differs), each seed; the last "
+                  "column is the spread between two seeds' runs of one arm:", "", *against, ""]
+    for name, test in tests.items():
         ok = test["delta"] > 0 and test["p_value"] < targets.P_VALUE
         verdict = f"above at p < {targets.P_VALUE:g}" if ok else "not shown above"
         lines.append(f"- {name}: delta {test['delta']:+.2f} (95% CI {test['delta_ci95']}), "
                      f"one-sided p = {test['p_value']:.4f}: {verdict}")
+    kept = [r["decoded_kept"] for r in [(s or {}).get("row") or {}, *rows.values()]
+            if r.get("decoded_kept")]
+    if kept:
+        lines += ["", f"Decoded outputs kept: {', '.join(kept)}; any p above is recomputed "
+                  "by `python -m pgn_tf.significance A B --metric rougeLsum` on two of them."]
     return "\n".join(lines) + "\n"
 
 
@@ -341,15 +353,6 @@ def _floats(text: str) -> tuple[float, ...]:
     return values
 
 
-def _arm_list(text: str) -> tuple[str, ...]:
-    arms = tuple(x.strip() for x in text.split(",") if x.strip())
-    unknown = [x for x in arms if x not in ARM_DIRS.values()]
-    if unknown or not arms:
-        raise argparse.ArgumentTypeError(
-            f"expected arms of {','.join(ARM_DIRS.values())}, got '{text}'")
-    return arms
-
-
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m studies.rl_converged",
                                 description=__doc__.splitlines()[0])
@@ -361,13 +364,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the ML start's budget (default: the corpus's, 60 or 80 minutes)")
     p.add_argument("--grid_minutes", type=float, default=10.0, help="each grid point's budget")
     p.add_argument("--arm_minutes", type=float, default=60.0, help="each arm's budget")
-    p.add_argument("--grid_learning_rates", type=_floats, default=GRID["learning_rate"],
+    p.add_argument("--grid_learning_rates", type=_floats,
+                   default=rl_arms.GRID["learning_rate"],
                    metavar="LR,LR,...", help="the grid's learning rates (train.rl_learning_rate)")
-    p.add_argument("--grid_gammas", type=_floats, default=GRID["gamma"], metavar="G,G,...",
+    p.add_argument("--grid_gammas", type=_floats, default=rl_arms.GRID["gamma"],
+                   metavar="G,G,...",
                    help="the grid's gammas (train.rl_gamma: eq. 16's weight on the RL term; "
                         "the ML term's is 1 - gamma)")
     p.add_argument("--rl_samples", type=int, default=4)
-    p.add_argument("--rl_eval_every", type=int, default=RL_EVAL_EVERY,
+    p.add_argument("--rl_eval_every", type=int, default=rl_arms.RL_EVAL_EVERY,
                    help="the RL phases' train.eval_every (ML keeps the preset's)")
     p.add_argument("--score", type=int,
                    help="validation pairs scored (default: the corpus's, 1500 or 600)")
@@ -379,7 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--point", type=_floats, metavar="LR,GAMMA",
                    help="the arms' learning rate and gamma, chosen by a grid run before: "
                         "no grid is run")
-    p.add_argument("--arms", type=_arm_list, default=tuple(ARM_DIRS.values()),
+    p.add_argument("--control_learning_rates", type=_floats, default=rl_arms.CONTROL_GRID,
+                   metavar="LR,LR,...", help="the ML control's grid (train.learning_rate); "
+                   "default: as many points as the RL grid")
+    p.add_argument("--control_point", type=float, metavar="LR",
+                   help="the ML control's learning rate, chosen before: no control grid")
+    p.add_argument("--second_seed", type=int, default=rl_arms.SECOND_SEED,
+                   help="train.seed of the seed-2 arms (data order and sampling)")
+    p.add_argument("--arms", type=rl_arms.parse_arms, default=rl_arms.DEFAULT_ARMS,
                    metavar="ARM,...", help="the arms to run, of " + ",".join(ARM_DIRS.values())
                    + " (default: all)")
     p.add_argument("--stop_after", choices=PHASES,
@@ -401,9 +413,15 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"--stop_after {a.stop_after} names an arm --arms does not run")
     if a.point:
         try:
-            given_point(a.point)
+            rl_arms.given_point(a.point)
         except ValueError as e:
             raise SystemExit(str(e)) from None
+    if a.control_point is not None and not a.control_point > 0:
+        raise SystemExit(f"--control_point needs a learning rate > 0, got {a.control_point}")
+    if a.stop_after == "grid" and not set(a.arms) - {"ml", *CONTROL_ARMS}:
+        raise SystemExit("--stop_after grid: --arms runs no RL arm, so there is no RL grid")
+    if a.stop_after == "control_grid" and not set(a.arms) & set(CONTROL_ARMS):
+        raise SystemExit("--stop_after control_grid: --arms runs no ML control")
     study = Study(a)
     before = (study.state.get("settings") or {}).get("corpus", "descriptions")
     if not a.render and study.state.get("settings") and before != a.corpus:
@@ -415,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
                           "start": {k: v for k, v in (study.state.get("start") or {}).items()
                                     if k != "curve"},
                           "grid": study.state.get("grid"), "chosen": study.state.get("chosen"),
+                          "control_grid": study.state.get("control_grid"),
+                          "control_chosen": study.state.get("control_chosen"),
                           "tests": study.state.get("tests")})
     return 0
 

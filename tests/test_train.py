@@ -107,6 +107,30 @@ def test_second_invocation_resumes_and_coverage_converts(trained, corpus):
     assert model.coverage and path.endswith("ckpt-30")
 
 
+def test_a_named_restart_continues_ml_from_the_best_with_a_fresh_optimizer(tmp_path, corpus):
+    """train.phase_name: a new name restarts the same objective (the RL study's ML control) from
+    the best checkpoint, with a fresh optimizer at this run's learning rate and the step
+    counter going on; the same name again is a plain resume."""
+    base = ["--train_data", corpus["train"], "--eval_data", corpus["validation"],
+            "--set", "train.eval_every=4", "--set", "train.checkpoint_every=2",
+            "--set", "train.eval_samples=0"]
+    code, out, err = train_in_process(tmp_path, *base, "--set", "train.max_steps=6")
+    assert code == 0, err[-2000:]
+    restart = [*base, "--set", "train.phase_name=control", "--set", "train.learning_rate=0.03"]
+    code, out, err = train_in_process(tmp_path, *restart, "--set", "train.max_steps=9")
+    assert code == 0, err[-2000:]
+    text = out + err
+    assert "continues with a fresh optimizer" in text and "(step 6)" in text, text[-2000:]
+    assert "/best/" in text.split("continues with a fresh optimizer", 1)[1].splitlines()[0]
+    reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(tmp_path / "ckpt")))
+    iterations = [n for n in reader.get_variable_to_shape_map()
+                  if n.startswith("optimizer/") and "iteration" in n]
+    assert iterations and reader.get_tensor(iterations[0]) == 3  # fresh: 3 updates, at step 9
+    assert reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == 9
+    code, out, err = train_in_process(tmp_path, *restart, "--set", "train.max_steps=10")
+    assert code == 0 and "resumed from" in out + err and "(step 9)" in out + err
+
+
 def test_killed_run_resumes_from_last_checkpoint(tmp_path, corpus):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     cmd = [sys.executable, "-m", "pgn_tf.train", "--model_dir", str(tmp_path), *SMALL,

@@ -266,8 +266,8 @@ def _train(plan: Plan, strategy: tf.distribute.Strategy, progress: bool) -> Trai
     if is_chief:
         mdir.write_config(cfg)
     if trainer.restored_from:
-        how = ("continues with a fresh optimizer (coverage conversion or a new objective) from"
-               if plan.fresh else "resumed from")
+        how = ("continues with a fresh optimizer (coverage conversion, a new objective or a "
+               "new train.phase_name) from" if plan.fresh else "resumed from")
         log.info("%s %s (step %d)", how, trainer.restored_from, int(trainer.step.numpy()))
     scaling = " with loss scaling" if trainer.loss_scaling else ""
     log.info("%d replica(s); %s parameters; vocab %d; model.rnn_impl %s; precision %s%s",

@@ -10,9 +10,10 @@ import pytest
 
 from benchmarks.common import code_version
 from pgn_tf import config as config_lib
+from pgn_tf import model_dir as model_dir_lib
 from pgn_tf.metrics import significance
+from studies import rl_arms, targets
 from studies import rl_converged as rc
-from studies import targets
 
 pytestmark = pytest.mark.study  # research, apart from the product (pyproject.toml)
 
@@ -36,32 +37,49 @@ def test_flatness_measures_the_last_thirds_gain():
 
 
 def test_grid_and_choice():
-    points = rc.grid_points()
-    assert len(points) == len(rc.GRID["learning_rate"]) * len(rc.GRID["gamma"])
+    points = rl_arms.grid_points()
+    assert len(points) == len(rl_arms.GRID["learning_rate"]) * len(rl_arms.GRID["gamma"])
     assert {"learning_rate": 1e-4, "gamma": 0.9984} in points  # the paper's setting is in it
     results = [{**p, "selection_rougeLsum": 40.0 + i % 3} for i, p in enumerate(points)]
-    assert rc.best_point(results) is results[2]  # the first of the best
+    assert rl_arms.best_point(results) is results[2]  # the first of the best
     with pytest.raises(ValueError, match="no grid point"):
-        rc.best_point([])
+        rl_arms.best_point([])
 
 
 @pytest.mark.parametrize("corpus", sorted(rc.CORPORA))
 @pytest.mark.parametrize("arm", rc.ARMS)
 def test_each_arms_overrides_are_the_presets_keys(arm, corpus):
     point = {"learning_rate": 3e-5, "gamma": 0.99}
-    overrides = rc.arm_overrides(arm, point, 4)
+    overrides = rl_arms.arm_overrides(arm, point, 4, control_rate=6e-4, second_seed=77)
+    start = config_lib.resolve(rc.CORPORA[corpus]["preset"])
     cfg = config_lib.resolve(rc.CORPORA[corpus]["preset"])
     config_lib.apply_overrides(cfg, overrides)
     cfg.validate()
-    want = {"ML continued": "ml", "ML+RL (mixed)": "mixed", "RL alone": "rl"}[arm]
+    base = arm.removesuffix(", seed 2")
+    want = {"ML continued": "ml", "ML+RL (mixed)": "mixed", "RL alone": "rl",
+            "ML control": "ml"}[base]
     assert cfg.train.objective == want
-    if arm != "ML continued":
+    assert cfg.train.seed == (77 if arm.endswith("seed 2") else start.train.seed)
+    # every arm but ML continued is a new phase: the start's best checkpoint, a fresh optimizer
+    assert model_dir_lib.phase_change(start, cfg, "d") == (arm != "ML continued")
+    if base in ("ML+RL (mixed)", "RL alone"):
         assert cfg.train.rl_learning_rate == 3e-5 and cfg.train.rl_samples == 4
-        assert cfg.train.eval_every == rc.RL_EVAL_EVERY
-    if arm == "ML+RL (mixed)":
+        assert cfg.train.eval_every == rl_arms.RL_EVAL_EVERY
+    if base == "ML+RL (mixed)":
         assert cfg.train.rl_gamma == 0.99
+    if base == "ML control":
+        assert cfg.train.learning_rate == 6e-4 and cfg.train.phase_name == "control"
+        assert cfg.train.eval_every == start.train.eval_every  # ML's cadence, as ML continued
+        with pytest.raises(ValueError, match="control grid"):
+            rl_arms.arm_overrides(arm, point, 4)
     with pytest.raises(ValueError, match="unknown arm"):
-        rc.arm_overrides("RL", point, 4)
+        rl_arms.arm_overrides("RL", point, 4)
+
+
+def test_the_control_grid_has_the_rl_grids_budget():
+    assert len(rl_arms.CONTROL_GRID) == len(rl_arms.grid_points())
+    assert 1e-3 in rl_arms.CONTROL_GRID  # the presets' ML rate
+    assert set(rl_arms.GRID["learning_rate"]) <= set(rl_arms.CONTROL_GRID)  # and the RL side's
 
 
 def test_rouge_l_is_a_significance_metric(tmp_path):
@@ -98,6 +116,30 @@ def test_render_follows_the_tests(tmp_path):
     with pytest.raises(SystemExit, match="rl_samples"):
         rc.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path), "--rl_samples", "1"])
     assert isinstance(rc.build_parser(), argparse.ArgumentParser)
+
+
+def test_the_control_table_sets_the_seed_spread_beside_the_deltas():
+    def t(delta, p):
+        return {"delta": delta, "delta_ci95": [delta - 0.5, delta + 0.5], "p_value": p}
+
+    tests = {"ML+RL (mixed) vs ML control, rougeLsum": t(0.9, 0.001),
+             "ML+RL (mixed) vs ML control, rougeL": t(0.2, 0.3),
+             "RL alone vs ML control, rougeLsum": t(-0.4, 0.9),
+             "ML+RL (mixed), seed 2 vs ML control, seed 2, rougeLsum": t(0.5, 0.04),
+             "ML+RL (mixed), seed 2 vs ML+RL (mixed), rougeLsum": t(-0.3, 0.8),
+             "ML control, seed 2 vs ML control, rougeLsum": t(0.1, 0.4)}
+    lines = rl_arms.control_table(tests, targets.P_VALUE)
+    assert lines[0].startswith("| comparison | seed | metric |") and len(lines) == 2 + 4
+    first = lines[2].split(" | ")
+    assert first[:3] == ["| ML+RL (mixed) vs ML control", "1", "rougeLsum"]
+    assert first[5:7] == ["0.0010", "above at p < 0.05"]
+    assert first[7] == "ML+RL (mixed) -0.30; ML control +0.10 |"
+    assert "not shown above" in lines[3] and "(one seed)" in lines[3]  # no rougeL seed tests
+    assert lines[4].startswith("| RL alone vs ML control | 1 |") and "not shown above" in lines[4]
+    assert lines[5].startswith("| ML+RL (mixed) vs ML control | 2 | rougeLsum | +0.50 |")
+    assert rl_arms.control_table({"RL alone vs the start, rougeL": t(1, 0.01)}, 0.05) == []
+    md = rc.render({"tests": tests}, {})
+    assert "only the objective differs" in md and lines[2] in md
 
 
 def test_the_record_names_the_code():
@@ -139,26 +181,42 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     monkeypatch.setattr(rc.Table, "evaluate", evaluate)
     work = tmp_path / "work"
     args = ["--data_dir", str(tmp_path), "--work_dir", str(work), "--grid_learning_rates", "1e-4",
-            "--grid_gammas", "0.9984,0.99"]
+            "--grid_gammas", "0.9984,0.99", "--control_learning_rates", "1e-4,3e-4"]
     assert rc.main([*args, "--stop_after", "start"]) == 0
     assert trained == ["start"] and len(scored) == 1
     state = json.loads((work / "rl.json").read_text())
     assert "grid" not in state and state["start"]["row"]["name"] == scored[0]
     assert rc.main([*args, "--stop_after", "ml"]) == 0
-    assert trained == ["start", "lr0.0001_g0.9984", "lr0.0001_g0.99", "ml"]
+    assert trained == ["start", "lr0.0001_g0.9984", "lr0.0001_g0.99", "lr0.0001", "lr0.0003",
+                       "ml"]
     assert scored == [scored[0], "paulus2017 converged start, ML continued"]
     state = json.loads((work / "rl.json").read_text())
     assert state["chosen"]["gamma"] == 0.99 and "tests" not in state  # the later point scored more
+    assert state["control_chosen"] == {"learning_rate": 3e-4}
+    assert [g["learning_rate"] for g in state["control_grid"]] == [1e-4, 3e-4]
     assert rc.main(args) == 0
-    assert trained[4:] == ["mixed", "rl"] and len(scored) == 4
+    assert trained[6:] == ["mixed", "rl", "control", "mixed_seed2", "control_seed2"]
+    assert len(scored) == 7
     state = json.loads((work / "rl.json").read_text())
     assert set(state["rows"]) == set(rc.ARMS)
-    # each RL arm against ML continued, every arm against the start; ROUGE-Lsum and ROUGE-L
-    assert len(state["tests"]) == 2 * (2 + 3)
-    assert "RL alone vs ML continued, rougeL" in state["tests"]
-    assert "ML continued vs the start, rougeLsum" in state["tests"]
+    # each RL arm against the control of its seed (3) and ML continued (2), each seed-2 arm
+    # against seed 1 (2), every arm against the start (6); ROUGE-Lsum and ROUGE-L
+    assert len(state["tests"]) == 2 * (3 + 2 + 2 + 6)
+    for name in ("RL alone vs ML continued, rougeL", "ML continued vs the start, rougeLsum",
+                 "ML+RL (mixed), seed 2 vs ML control, seed 2, rougeLsum",
+                 "ML control, seed 2 vs ML control, rougeL"):
+        assert name in state["tests"]
     assert len(state["code_versions"]) == 3
-    assert "| RL alone |" in (work / "rl_table.md").read_text()
+    md = (work / "rl_table.md").read_text()
+    assert "| RL alone |" in md and "| ML control, seed 2 |" in md
+    assert "| ML+RL (mixed) vs ML control | 2 | rougeLsum |" in md
+    # the decoded outputs kept, gzipped, recompute the tests
+    for arm, row in state["rows"].items():
+        assert row["decoded_kept"] == f"decoded/{rl_arms.ARM_DIRS[arm]}.jsonl.gz"
+    kept = {arm: str(work / row["decoded_kept"]) for arm, row in state["rows"].items()}
+    again = significance.compare(kept["ML control"], kept["ML+RL (mixed)"], "rougeLsum")
+    assert again == state["tests"]["ML+RL (mixed) vs ML control, rougeLsum"]
+    assert "decoded/control_seed2.jsonl.gz" in md
 
 
 def _fake_phases(monkeypatch, tmp_path):
@@ -220,6 +278,9 @@ def test_a_given_point_and_some_arms_run_no_grid_and_test_against_the_start(tmp_
     (["--point", "0,0.99"], "learning rate > 0"),
     (["--point", "3e-4,1.5"], "gamma <= 1"),
     (["--arms", "rl", "--stop_after", "ml"], "names an arm --arms does not run"),
+    (["--arms", "rl", "--stop_after", "control_grid"], "runs no ML control"),
+    (["--arms", "ml,control", "--stop_after", "grid"], "no RL grid"),
+    (["--control_point", "0"], "learning rate > 0"),
 ])
 def test_a_bad_point_or_stop_is_refused_before_any_work(tmp_path, flags, message):
     with pytest.raises(SystemExit, match=message):
