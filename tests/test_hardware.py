@@ -2,6 +2,7 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.training import hardware
+from pgn_tf.utils.errors import UserError
 
 BF16_CPU = frozenset({"avx2", "avx512f", "avx512_bf16"})
 
@@ -36,7 +37,8 @@ def test_explicit_settings_are_kept_whatever_the_machine():
 
 def test_the_machine_is_read_from_tf_and_proc(monkeypatch):
     """mixed_precision_policy asks TF for the GPUs' compute capabilities and /proc for the CPU's
-    flags, and hands them to choose_policy."""
+    flags, and hands them to choose_policy (no oneDNN cap, whatever this process runs under)."""
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
     monkeypatch.setattr(hardware, "cpu_flags", lambda: BF16_CPU)
     monkeypatch.setattr(tf.config, "list_physical_devices",
                         lambda kind=None: ["gpu0"] if kind == "GPU" else [])
@@ -82,4 +84,36 @@ def test_auto_under_an_avx2_cap_picks_float32_as_an_avx2_cpu_does(monkeypatch):
     assert hardware.mixed_precision_policy("auto") == "mixed_bfloat16"
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     assert hardware.mixed_precision_policy("auto") == "float32"
-    assert hardware.mixed_precision_policy("mixed_bfloat16") == "mixed_bfloat16"  # as asked
+    # bf16 asked outright would crash the process there: refused in words
+    with pytest.raises(UserError, match="train.mixed_precision=mixed_bfloat16: bf16 cannot run "
+                                        "under ONEDNN_MAX_CPU_ISA=AVX2"):
+        hardware.mixed_precision_policy("mixed_bfloat16")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")  # TensorFlow's own bf16 kernels
+    assert hardware.mixed_precision_policy("mixed_bfloat16") == "mixed_bfloat16"
+    # an AVX2-only CPU multiplies bf16 with TensorFlow's kernels: no cap matters
+    monkeypatch.delenv("TF_ENABLE_ONEDNN_OPTS")
+    monkeypatch.setattr(hardware, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    assert hardware.mixed_precision_policy("mixed_bfloat16") == "mixed_bfloat16"
+
+
+@pytest.mark.parametrize("flags, cap, opts, crashes", [
+    (AMX_CPU, "AVX2", None, True),
+    (AMX_CPU, "avx2_vnni_2", "1", True),  # the highest AVX2 level: still no bf16 kernel
+    (AMX_CPU, "SSE41", None, True),
+    (AMX_CPU, "AVX512_CORE", None, False),  # bf16 emulated with AVX-512: runs
+    (AMX_CPU, "AVX512_CORE_BF16", None, False),
+    (AMX_CPU, None, None, False), (AMX_CPU, "", None, False), (AMX_CPU, "ALL", None, False),
+    (AMX_CPU, "NOT_AN_ISA", None, False),  # oneDNN ignores it
+    (AMX_CPU, "AVX2", "0", False), (AMX_CPU, "AVX2", "false", False),  # oneDNN off
+    (frozenset({"avx2", "avx512f"}), "AVX2", None, True),  # AVX-512 without bf16 too
+    (frozenset({"avx2", "fma"}), "AVX2", None, False),  # TensorFlow's kernels, not oneDNN's
+    (None, "AVX2", None, False),  # flags unreadable: not known to crash
+])
+def test_bf16_crashes_under_a_cap_below_avx512_on_an_avx512_cpu(flags, cap, opts, crashes):
+    """Measured on an AVX512_BF16 CPU: a bf16 matmul under ONEDNN_MAX_CPU_ISA=AVX2 or
+    AVX2_VNNI_2 kills the process (segfault; dnnl::error in training), and runs under
+    AVX512_CORE or with TF_ENABLE_ONEDNN_OPTS=0."""
+    why = hardware.bf16_crash_under_cap(flags, cap, opts)
+    assert (why is not None) == crashes
+    if crashes:
+        assert f"ONEDNN_MAX_CPU_ISA={cap}" in why and "TF_ENABLE_ONEDNN_OPTS=0" in why

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from pgn_tf.utils.errors import UserError
+
 MIXED_PRECISION = ("", "auto", "mixed_bfloat16", "mixed_float16")
 # float16 tensor cores from Volta (7.0) on: Keras's guidance for where mixed precision pays.
 FLOAT16_COMPUTE_CAPABILITY = (7, 0)
@@ -80,11 +82,45 @@ def onednn_capped_flags(flags: frozenset[str] | None, max_isa: str | None) -> fr
                      if f not in _FLAG_FROM or ONEDNN_ISA_LEVELS.index(_FLAG_FROM[f]) <= level)
 
 
+# The lowest cap under which oneDNN still multiplies bf16 (emulated with AVX-512 below
+# AVX512_CORE_BF16). TensorFlow hands its bf16 matmuls to oneDNN on a CPU with AVX-512 whatever
+# the cap; capped lower, oneDNN has no bf16 kernel for them and the process dies (a segfault or
+# an abort from dnnl::error, seen on an AVX512_BF16 CPU under AVX2 and AVX2_VNNI_2). On a CPU
+# without AVX-512, TensorFlow multiplies bf16 with its own kernels and no cap matters.
+BF16_LOWEST_CAP = "AVX512_CORE"
+
+
+def bf16_crash_under_cap(flags: frozenset[str] | None, max_isa: str | None,
+                         onednn_opts: str | None) -> str | None:
+    """Why bf16 would kill this process (a sentence), or None where it runs: a CPU with AVX-512
+    (`flags`, /proc's, uncapped), oneDNN on (`onednn_opts`: TF_ENABLE_ONEDNN_OPTS, unset = on)
+    and `max_isa` (ONEDNN_MAX_CPU_ISA) below BF16_LOWEST_CAP."""
+    cap = (max_isa or "").strip().upper()
+    if (not flags or not flags & {"avx512f", "avx_ne_convert"}
+            or (onednn_opts or "").strip().lower() in ("0", "false")
+            or cap not in ONEDNN_ISA_LEVELS
+            or ONEDNN_ISA_LEVELS.index(cap) >= ONEDNN_ISA_LEVELS.index(BF16_LOWEST_CAP)):
+        return None
+    return (f"bf16 cannot run under ONEDNN_MAX_CPU_ISA={max_isa} on this CPU (it has AVX-512, "
+            "so TensorFlow hands bf16 matmuls to oneDNN, which the cap leaves without a bf16 "
+            "kernel, and the process would crash): train in float32 (train.mixed_precision= or "
+            f"auto), raise the cap to {BF16_LOWEST_CAP} or above, or set TF_ENABLE_ONEDNN_OPTS=0 "
+            "before starting (bf16 then runs on TensorFlow's own kernels, as on an AVX2-only "
+            "CPU)")
+
+
 def mixed_precision_policy(setting: str) -> str:
     """choose_policy on this machine's GPUs and the CPU flags oneDNN may use (its
-    `ONEDNN_MAX_CPU_ISA` cap applied to /proc's flags)."""
-    flags = onednn_capped_flags(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"))
-    return choose_policy(setting, gpu_capabilities(), flags)
+    `ONEDNN_MAX_CPU_ISA` cap applied to /proc's flags). Raises UserError where the policy is
+    bf16 and the cap would crash it (bf16_crash_under_cap): `auto` never picks bf16 under such
+    a cap, so only an explicit mixed_bfloat16 gets here."""
+    cap, gpus = os.environ.get("ONEDNN_MAX_CPU_ISA"), gpu_capabilities()
+    policy = choose_policy(setting, gpus, onednn_capped_flags(cpu_flags(), cap))
+    if policy == "mixed_bfloat16" and not gpus:
+        why = bf16_crash_under_cap(cpu_flags(), cap, os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
+        if why:
+            raise UserError(f"train.mixed_precision={setting}: {why}")
+    return policy
 
 
 def needs_loss_scaling(policy: str) -> bool:

@@ -28,7 +28,7 @@ from pgn_tf import model_dir as model_dir_lib
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset, synthetic, tfrecord
 from pgn_tf.data.articles import detect_format
-from pgn_tf.training import loop
+from pgn_tf.training import hardware, loop
 from pgn_tf.training.distribute import barrier, make_strategy, set_cpu_devices, worker_role
 from pgn_tf.training.trainer import Trainer
 from pgn_tf.utils.dirlock import DirLock
@@ -155,6 +155,7 @@ def prepare(model_dir: str, config: str | config_lib.Config | None = None,
     else:
         default_config = "tiny" if not train_data else "see2017_pgn"
         cfg = config_lib.resolve(config or default_config, list(overrides))
+    hardware.mixed_precision_policy(cfg.train.mixed_precision)  # a policy that would crash: refused
     mdir = model_dir_lib.ModelDir(model_dir)
     latest = mdir.latest_checkpoint()
     fresh, previous = False, None
