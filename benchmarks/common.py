@@ -48,10 +48,15 @@ def cpu_flags() -> str:
 
 # `--cpu NAME` of compare_peer, train_throughput and decode_throughput: the caps under which a
 # CPU with AVX-512 or AMX runs the kernels one with AVX2 only runs, in TensorFlow's and
-# PyTorch's oneDNN and in the MKL the peer's PyTorch calls. Under the oneDNN cap this project's
-# `train.mixed_precision=auto` resolves to float32 (pgn_tf.training.hardware), as on such a CPU.
-CPU_EMULATIONS = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
-CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+# PyTorch's oneDNN, in the MKL the peer's PyTorch calls, and in PyTorch's own vectorized
+# kernels (ATEN_CPU_CAPABILITY; TensorFlow's own kernels are built for AVX at most, so they
+# need no cap). Under the oneDNN cap this project's `train.mixed_precision=auto` resolves to
+# float32 (pgn_tf.training.hardware), as on such a CPU. What no cap emulates is the rest of
+# the chip (clock, caches, memory): the ratios it gives are checked against a real AVX2-only
+# CPU's in docs/records/2026-11-28-cpu-emulation-check.md.
+CPU_EMULATIONS = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                           "ATEN_CPU_CAPABILITY": "avx2"}}
+CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
 
 
 def active_caps() -> str:
@@ -61,8 +66,8 @@ def active_caps() -> str:
 
 def add_cpu_flag(parser) -> None:
     parser.add_argument("--cpu", choices=["native", *CPU_EMULATIONS], default="native",
-                        help="run as a CPU of this type would (avx2: oneDNN and MKL capped at "
-                             "AVX2, so float32 where `auto` would pick bf16; the record names "
+                        help="run as a CPU of this type would (avx2: oneDNN, MKL and PyTorch's "
+                             "kernels capped at AVX2, so float32 where `auto` would pick bf16; the record names "
                              "the emulation beside the real flags)")
 
 

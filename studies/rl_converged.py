@@ -83,7 +83,6 @@ FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and st
 PHASES = ("start", "grid", "control_grid", *ARM_DIRS.values())
 
 
-
 def flatness(curve: list[dict], key: str = "rougeLsum") -> dict:
     """How much a validation curve (quality_table's `curves` rows: minutes, step, key) still
     gained in its last third: the best value there minus the best before it, and the slope of

@@ -23,13 +23,15 @@ def test_emulation_restarts_the_process_with_the_caps(monkeypatch):
     (exe, argv, env), = calls
     assert argv == [sys.executable, "-m", "benchmarks.x", "--a", "1"]
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
+    assert env["ATEN_CPU_CAPABILITY"] == "avx2"  # PyTorch's own kernels (the peer's)
     # once restarted under the caps, it runs (no second restart) and names them
     for k, v in common.CPU_EMULATIONS["avx2"].items():
         monkeypatch.setenv(k, v)
     common.emulate_cpu("avx2", "benchmarks.x", ["--a", "1"])
     assert len(calls) == 1
     assert common.cpu_flags().endswith(
-        "(emulating ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2)")
+        "(emulating ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 "
+        "ATEN_CPU_CAPABILITY=avx2)")
 
 
 def test_explicit_bf16_is_refused_under_the_emulation():
@@ -51,5 +53,6 @@ def test_train_throughput_under_avx2_trains_auto_in_float32():
     assert proc.returncode == 0, proc.stderr[-2000:]
     line = json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
     assert line["precision"] == "float32"
-    assert line["isa_caps"] == "ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2"
+    assert line["isa_caps"] == ("ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 "
+                                "ATEN_CPU_CAPABILITY=avx2")
     assert "(emulating ONEDNN_MAX_CPU_ISA=AVX2" in line["cpu_flags"]
