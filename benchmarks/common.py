@@ -67,8 +67,8 @@ def active_caps() -> str:
 def add_cpu_flag(parser) -> None:
     parser.add_argument("--cpu", choices=["native", *CPU_EMULATIONS], default="native",
                         help="run as a CPU of this type would (avx2: oneDNN, MKL and PyTorch's "
-                             "kernels capped at AVX2, so float32 where `auto` would pick bf16; the record names "
-                             "the emulation beside the real flags)")
+                             "kernels capped at AVX2, so float32 where `auto` would pick bf16; "
+                             "the record names the emulation beside the real flags)")
 
 
 def emulate_cpu(cpu: str, module: str, argv: list[str]) -> None:

@@ -19,7 +19,7 @@ Every arm starts from the same ML start and trains for the same minutes:
 Paired bootstrap (pgn_tf.metrics.significance, one-sided: p is the share of resamples in which
 the second system's mean is not above the first's) of each RL arm against the control of its
 seed and against ML continued, of every arm against the start, and of each seed-2 arm against
-its seed-1 twin (there a two-sided reading: the spread between seeds).
+its seed-1 twin (there the delta is what is read: the spread between two runs of one arm).
 """
 
 from __future__ import annotations

@@ -23,10 +23,7 @@ def refused_here(policy: str) -> str | None:
     None. There the test checks the refusal instead: the first pass ran bf16 uncapped."""
     from pgn_tf.training import hardware
 
-    if policy != "mixed_bfloat16":
-        return None
-    return hardware.bf16_crash_under_cap(hardware.cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"),
-                                         os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
+    return hardware.bf16_crash_here() if policy == "mixed_bfloat16" else None
 
 
 def check_refused(policy, model_dir, run) -> bool:

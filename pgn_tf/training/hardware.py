@@ -109,17 +109,22 @@ def bf16_crash_under_cap(flags: frozenset[str] | None, max_isa: str | None,
             "CPU)")
 
 
+def bf16_crash_here() -> str | None:
+    """bf16_crash_under_cap for this process: /proc's flags and its environment's cap."""
+    return bf16_crash_under_cap(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA"),
+                                os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
+
+
 def mixed_precision_policy(setting: str) -> str:
     """choose_policy on this machine's GPUs and the CPU flags oneDNN may use (its
     `ONEDNN_MAX_CPU_ISA` cap applied to /proc's flags). Raises UserError where the policy is
     bf16 and the cap would crash it (bf16_crash_under_cap): `auto` never picks bf16 under such
     a cap, so only an explicit mixed_bfloat16 gets here."""
-    cap, gpus = os.environ.get("ONEDNN_MAX_CPU_ISA"), gpu_capabilities()
-    policy = choose_policy(setting, gpus, onednn_capped_flags(cpu_flags(), cap))
-    if policy == "mixed_bfloat16" and not gpus:
-        why = bf16_crash_under_cap(cpu_flags(), cap, os.environ.get("TF_ENABLE_ONEDNN_OPTS"))
-        if why:
-            raise UserError(f"train.mixed_precision={setting}: {why}")
+    gpus = gpu_capabilities()
+    policy = choose_policy(setting, gpus,
+                           onednn_capped_flags(cpu_flags(), os.environ.get("ONEDNN_MAX_CPU_ISA")))
+    if policy == "mixed_bfloat16" and not gpus and (why := bf16_crash_here()):
+        raise UserError(f"train.mixed_precision={setting}: {why}")
     return policy
 
 
