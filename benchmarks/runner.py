@@ -19,9 +19,11 @@ import threading
 from benchmarks import peak_rss
 
 
-def sh(args: list[str], log: str) -> None:
-    """Runs a pgn_tf command, its output to a log file; fails loudly with the log's tail."""
-    sh_command([sys.executable, *args], log, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+def sh(args: list[str], log: str, env: dict | None = None) -> None:
+    """Runs a pgn_tf command, its output to a log file; fails loudly with the log's tail. env:
+    variables set for this command only (on top of this process's)."""
+    sh_command([sys.executable, *args], log,
+               env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **(env or {})))
 
 
 def sh_command(args: list[str], log: str, **popen) -> None:

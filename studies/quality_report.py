@@ -9,7 +9,8 @@ import os
 
 from studies import targets
 
-STAGES = ("lead", "baseline", "see", "seeds", "precision", "paulus", "see_rl", "abs", "decode")
+STAGES = ("lead", "baseline", "see", "seeds", "precision", "cpu_types", "paulus", "see_rl", "abs",
+          "decode")
 # debian_abs layer-normalises the convolutions (model.abs_conv_norm); the row of the encoder
 # without it, kept in older results, is "rush2015 ABS (conv encoder)"
 CONV_NORM_ROW = "rush2015 ABS (conv encoder, layer-normalised)"
@@ -20,6 +21,16 @@ PRECISION_ARMS = (
     ("float32", ["train.mixed_precision=", "data.bucket_by_summary_length=false"]),
     ("bfloat16, bucketed by summary length", ["train.mixed_precision=mixed_bfloat16",
                                               "data.bucket_by_summary_length=true"]),
+)
+
+# The cpu_types stage's two arms: (row suffix, --set overrides, environment). The first is what
+# `auto` picks on the machine the study runs on; the second what a CPU without bf16 runs: float32
+# forced and oneDNN (and MKL) capped at AVX2, as benchmarks' `--cpu avx2` (the rest of an older
+# chip, its clock and caches, no cap emulates: docs/records/2026-11-28-cpu-emulation-check.md).
+CPU_TYPE_ARMS = (
+    ("auto (this CPU)", ["train.mixed_precision=auto"], {}),
+    ("float32 forced, oneDNN capped at AVX2", ["train.mixed_precision="],
+     {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
 )
 
 
@@ -131,6 +142,7 @@ def claims(table) -> list[str]:
                    f"{test['delta_ci95'][1]}], one-sided p = {test['p_value']:.4f}; not shown "
                    f"to cost ROUGE (the delta's 95% interval reaches 0): "
                    f"{holds(test['delta_ci95'][1] >= 0)} (CPU flags {test['cpu_flags']})")
+    out += cpu_types_lines(table)
     for stage, label in (("paulus", "paulus2017"), ("see_rl", "see2017 + coverage")):
         ml, rl = r(f"{label}, ML continued"), r(f"{label}, ML+RL (mixed)")
         test = table.extra.get(f"{stage}_rl_test")
@@ -187,3 +199,21 @@ def report(table) -> str:
         out += [f"- **{s}:** {decoded[s][i]}" for s in systems]
         out.append("")
     return "\n".join(out)
+
+
+def cpu_types_lines(table) -> list[str]:
+    """The cpu_types stage side by side: each arm's precision as run, steps and ROUGE, and the
+    paired test (one-sided) of the first arm over the second."""
+    test = table.extra.get("cpu_types_test")
+    arms = [x for x in table.rows if x.get("stage") == "cpu_types"]
+    rows = {a: x for a, _, _ in CPU_TYPE_ARMS for x in arms if x["name"].endswith(", " + a)}
+    if not test or len(rows) != len(CPU_TYPE_ARMS):
+        return []
+    out = [f"{arm}: {r.get('precision')} in {r.get('train_steps')} steps, ROUGE-1/2/Lsum "
+           f"{r['rouge1']}/{r['rouge2']}/{r['rougeLsum']}"
+           for arm, r in ((a, rows[a]) for a, _, _ in CPU_TYPE_ARMS)]
+    (a, _, _), (b, _, _) = CPU_TYPE_ARMS
+    out.append(f"{a} vs {b}, the same recipe and budget: ROUGE-Lsum delta {test['delta']} "
+               f"[{test['delta_ci95'][0]}, {test['delta_ci95'][1]}], one-sided p = "
+               f"{test['p_value']:.4f} (CPU flags {test['cpu_flags']})")
+    return out

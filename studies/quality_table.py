@@ -25,6 +25,10 @@ stages can run in separate invocations (a stage run again replaces its rows):
           article length (the presets' settings), and bfloat16 mixed
           precision with batches bucketed by summary length too (the speed switches); a paired
           bootstrap on ROUGE-Lsum says whether the switches cost quality under the same budget.
+  cpu_types  See et al.'s recipe at --minutes (the see stage's phases, seed 1), twice: as `auto`
+          picks on this CPU, and as a CPU without bf16 runs it (float32 forced, oneDNN and MKL
+          capped at AVX2, the phases and the scoring in that environment); steps and ROUGE side
+          by side, and a paired bootstrap on ROUGE-Lsum.
   paulus  Paulus et al.: ML for --minutes minus --rl_minutes, then from that model two arms of
           --rl_minutes each, ML continued and the mixed ML+RL objective (eq. 16), compared with
           a paired bootstrap on ROUGE-L (pgn_tf.significance).
@@ -54,7 +58,7 @@ import time
 from benchmarks.common import cpu_flags, emit
 from benchmarks.runner import sh
 from studies import quality_report
-from studies.quality_report import CONV_NORM_ROW, COV, PRECISION_ARMS, STAGES
+from studies.quality_report import CONV_NORM_ROW, COV, CPU_TYPE_ARMS, PRECISION_ARMS, STAGES
 
 # See et al.'s recipe in one budget: the pointer-generator, then coverage for this share of it
 COVERAGE_SHARE = 0.25
@@ -138,7 +142,8 @@ class Table:
 
     # -- running ------------------------------------------------------------------------------
 
-    def train_phase(self, model_dir: str, preset: str, minutes: float, extra=()) -> dict:
+    def train_phase(self, model_dir: str, preset: str, minutes: float, extra=(),
+                    env: dict | None = None) -> dict:
         # A process a phase, not pgn_tf.training.run.train in this one: isolation is the point.
         # A phase sets process-wide state that would leak into the next (Keras's global
         # mixed-precision policy, the logical devices and strategy, XLA's and tf.function's
@@ -150,14 +155,14 @@ class Table:
             "--set", f"train.max_minutes={minutes}",
             # checkpoints are chosen (eval loss, validation ROUGE) on pairs after the scored ones
             "--set", f"train.eval_skip={self.a.score}",
-            *set_flags(self.a.overrides), *extra], self.log)
+            *set_flags(self.a.overrides), *extra], self.log, env)
         with open(os.path.join(model_dir, "train_result.json")) as f:
             result = json.load(f)
         result["phase_seconds"] = round(time.perf_counter() - t0, 1)
         return result
 
     def evaluate(self, name: str, stage: str, model_dir: str | None, extra=(), train=None,
-                 **info) -> dict:
+                 env: dict | None = None, **info) -> dict:
         # pgn_tf.evaluate in a process of its own, as each phase: a study decodes dozens of
         # models, whose traced searches and weights would pile up in one process for hours.
         out = self.w("eval", name.replace(" ", "_").replace("/", "-"))
@@ -166,13 +171,14 @@ class Table:
                 "--output_dir", out, "--quiet", *extra]
         if model_dir:
             args += ["--model_dir", model_dir]
-        sh(args, self.log)
+        sh(args, self.log, env)
         m = read_metrics(out)
         row = {"name": name, "stage": stage, **m, **info,
                "decoded": os.path.join(out, "decoded.jsonl")}
         if train:
             row["train_minutes"] = round(sum(t["wall_seconds"] for t in train) / 60, 1)
             row["train_steps"] = train[-1]["final_step"]
+            row["precision"] = train[-1].get("precision")
         self.rows = [r for r in self.rows if r["name"] != name] + [row]
         self.save()
         print(f"[quality_table] {name}: R1 {m['rouge1']} R2 {m['rouge2']} RLsum {m['rougeLsum']}",
@@ -241,12 +247,13 @@ class Table:
                 by_step[step][tag] = round(value, 4 if tag == "loss" else 2)
         return [by_step[s] for s in sorted(by_step)]
 
-    def short_recipe(self, d: str, minutes: float, overrides: list) -> list:
-        """See et al.'s two phases in d, 3/4 and 1/4 of minutes, with the KEY=VALUE overrides;
-        the phases' results."""
+    def short_recipe(self, d: str, minutes: float, overrides: list,
+                     env: dict | None = None) -> list:
+        """See et al.'s two phases in d, 3/4 and 1/4 of minutes, with the KEY=VALUE overrides
+        (and env, variables set for the phases only); the phases' results."""
         extra = set_flags(overrides)
-        return [self.train_phase(d, "debian_pgn", (1 - COVERAGE_SHARE) * minutes, extra),
-                self.train_phase(d, "debian_coverage", COVERAGE_SHARE * minutes, extra)]
+        return [self.train_phase(d, "debian_pgn", (1 - COVERAGE_SHARE) * minutes, extra, env),
+                self.train_phase(d, "debian_coverage", COVERAGE_SHARE * minutes, extra, env)]
 
     def stage_seeds(self) -> None:
         m = self.a.seed_minutes
@@ -270,6 +277,22 @@ class Table:
         self.extra["precision_test"] = dict(test, cpu_flags=cpu_flags())
         self.save()
         print(f"[quality_table] {b} vs {a} on ROUGE-Lsum: {test}", flush=True)
+
+    def stage_cpu_types(self) -> None:
+        m, out = self.a.minutes, {}
+        for i, (arm, overrides, env) in enumerate(CPU_TYPE_ARMS):
+            d = self.w(f"cpu_type{i}")
+            shutil.rmtree(d, ignore_errors=True)
+            train = self.short_recipe(d, m, ["train.seed=1", *overrides], env)
+            out[arm] = self.evaluate(f"{COV}, {m:g} min, {arm}", "cpu_types", d, train=train,
+                                     env=env)
+        from pgn_tf.metrics import significance
+
+        (a, _, _), (b, _, _) = CPU_TYPE_ARMS
+        test = significance.compare(out[b]["decoded"], out[a]["decoded"], "rougeLsum")
+        self.extra["cpu_types_test"] = dict(test, cpu_flags=cpu_flags())
+        self.save()
+        print(f"[quality_table] {a} vs {b} on ROUGE-Lsum: {test}", flush=True)
 
     def arms(self, stage: str, start_dir: str, preset: str, label: str, minutes: float,
              ml_train: list) -> None:

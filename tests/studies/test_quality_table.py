@@ -154,3 +154,32 @@ def test_the_precision_verdict_reads_the_paired_test(tmp_path, delta, verdict):
     # one arm alone: no verdict
     one = _table(tmp_path, rows[:1], {"precision_test": test}).claims()
     assert not [c for c in one if c.startswith(b)]
+
+
+def test_the_cpu_types_lines_read_each_arm_and_the_paired_test(tmp_path):
+    # An arm's name holds ", " itself: each row is found by its whole suffix.
+    (a, _, _), (b, _, env) = quality_table.CPU_TYPE_ARMS
+    assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    rows = [_row(f"{COV}, 60 min, {a}", 47.9, "cpu_types", train_steps=15000,
+                 precision="mixed_bfloat16"),
+            _row(f"{COV}, 60 min, {b}", 47.1, "cpu_types", train_steps=12000, precision="float32")]
+    test = {"delta": 0.8, "delta_ci95": [0.1, 1.5], "p_value": 0.01, "cpu_flags": "avx2"}
+    claims = _table(tmp_path, rows, {"cpu_types_test": test}).claims()
+    assert _claim(claims, f"{a}: ") == (f"{a}: mixed_bfloat16 in 15000 steps, ROUGE-1/2/Lsum "
+                                        f"47.9/23.95/45.9")
+    assert "float32 in 12000 steps" in _claim(claims, f"{b}: ")
+    assert "ROUGE-Lsum delta 0.8 [0.1, 1.5], one-sided p = 0.0100 (CPU flags avx2)" in _claim(
+        claims, f"{a} vs {b}")
+    one = _table(tmp_path, rows[:1], {"cpu_types_test": test}).claims()
+    assert not [c for c in one if c.startswith(f"{a} vs {b}")]
+
+
+def test_a_phase_runs_with_the_arm_environment_and_this_process_keeps_its_own(tmp_path):
+    from benchmarks.runner import sh
+
+    log = str(tmp_path / "log.txt")
+    sh(["-c", "import os; print('cap=' + os.environ.get('ONEDNN_MAX_CPU_ISA', 'none'))"], log,
+       {"ONEDNN_MAX_CPU_ISA": "AVX2"})
+    sh(["-c", "import os; print('cap=' + os.environ.get('ONEDNN_MAX_CPU_ISA', 'none'))"], log)
+    lines = [x for x in open(log).read().splitlines() if x.startswith("cap=")]
+    assert lines == ["cap=AVX2", "cap=" + os.environ.get("ONEDNN_MAX_CPU_ISA", "none")]
