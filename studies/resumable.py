@@ -61,7 +61,9 @@ class StudyState:
         # it more than its budget
         shutil.rmtree(d, ignore_errors=True)
         if start:
-            shutil.copytree(start, d, ignore=shutil.ignore_patterns("eval_*", DONE))
+            # the start's result is not this phase's: a phase must write its own
+            shutil.copytree(start, d, ignore=shutil.ignore_patterns("eval_*", DONE,
+                                                                   "train_result.json"))
         result = self.table.train_phase(d, preset, minutes, list(flags))
         with open(os.path.join(d, DONE), "w") as f:
             f.write("done\n")

@@ -10,8 +10,9 @@ Every arm starts from the same ML start and trains for the same minutes:
   RL alone          eq. 15 (gamma = 1) from the same checkpoint, the RL grid's learning rate.
   ML control        ML from the same best checkpoint with a fresh optimizer (train.phase_name
                     starts the new phase), at the learning rate the control grid chose: the same
-                    number of points and minutes as the RL grid, on the same selection pairs.
-                    The RL arms differ from it in the objective alone.
+                    number of points and minutes as the RL grid, on the same selection pairs,
+                    evaluated (and so selectable) as often a minute as the RL arms. The RL arms
+                    differ from it in the objective and the learning rate each side's grid chose.
   ..., seed 2       the mixed arm and the control again with train.seed = --second_seed (data
                     order and sampling), from the same start: the spread between two runs of
                     one arm, to set beside the deltas between arms.
@@ -38,10 +39,16 @@ CONTROL = "ML control"
 ARMS = ("ML continued", "ML+RL (mixed)", "RL alone", CONTROL,
         "ML+RL (mixed), seed 2", f"{CONTROL}, seed 2")
 ARM_DIRS = dict(zip(ARMS, ("ml", "mixed", "rl", "control", "mixed_seed2", "control_seed2")))
+# The order the arms run in: the control and the RL arms it is compared with first, ML continued
+# (the older baseline) last, so a study stopped by a machine's time limit loses the least.
+RUN_ORDER = (CONTROL, "ML+RL (mixed)", "RL alone", "ML+RL (mixed), seed 2", f"{CONTROL}, seed 2",
+             "ML continued")
 DEFAULT_ARMS = tuple(ARM_DIRS.values())
 CONTROL_ARMS = ("control", "control_seed2")
 # A policy-gradient step costs a few ML steps, so its phases evaluate (and can be selected)
-# every this many steps, as the quality table's RL arms; ML keeps the preset's cadence.
+# every this many steps, as the quality table's RL arms; ML continued keeps the preset's
+# cadence, and the control evaluates as often a minute as the RL arms (the corpus's
+# control_eval_every, studies.rl_converged.CORPORA).
 RL_EVAL_EVERY = 100
 # (arm, the arm it is tested against): each RL arm against the control of its seed and against
 # ML continued; each seed-2 arm against its seed-1 twin (the spread between seeds).
@@ -89,15 +96,18 @@ def given_point(point: tuple[float, ...]) -> dict:
     return {"learning_rate": learning_rate, "gamma": gamma, "given": True}
 
 
-def control_overrides(learning_rate: float) -> list[str]:
+def control_overrides(learning_rate: float, eval_every: int) -> list[str]:
     """ML from the start's best checkpoint with a fresh optimizer: a new train.phase_name (the
-    objective stays ml) at `learning_rate`."""
+    objective stays ml) at `learning_rate`, evaluating every `eval_every` steps (the corpus's
+    CONTROL_EVAL_EVERY: as many evaluations a minute as the RL arms', since evaluations are
+    both what selection picks from and time taken from the budget)."""
     return ["train.objective=ml", "train.phase_name=control",
-            f"train.learning_rate={learning_rate}"]
+            f"train.learning_rate={learning_rate}", f"train.eval_every={eval_every}"]
 
 
 def arm_overrides(arm: str, point: dict, rl_samples: int, rl_eval_every: int = RL_EVAL_EVERY,
-                  control_rate: float | None = None, second_seed: int = SECOND_SEED) -> list[str]:
+                  control_rate: float | None = None, second_seed: int = SECOND_SEED,
+                  control_eval_every: int | None = None) -> list[str]:
     """The config overrides of one arm (ARMS) from the start; every arm selects its best
     checkpoint by ROUGE-Lsum on the selection pairs, as the start did."""
     if arm not in ARM_DIRS:
@@ -107,9 +117,10 @@ def arm_overrides(arm: str, point: dict, rl_samples: int, rl_eval_every: int = R
     if base == "ML continued":
         return ["train.objective=ml"]
     if base == CONTROL:
-        if control_rate is None:
-            raise ValueError("the ML control needs its learning rate (the control grid's)")
-        return [*control_overrides(control_rate), *seed]
+        if control_rate is None or control_eval_every is None:
+            raise ValueError("the ML control needs its learning rate (the control grid's) and "
+                             "its evaluation cadence")
+        return [*control_overrides(control_rate, control_eval_every), *seed]
     rl = [f"train.rl_learning_rate={point['learning_rate']}", f"train.rl_samples={rl_samples}",
           f"train.eval_every={rl_eval_every}"]
     if base == "ML+RL (mixed)":

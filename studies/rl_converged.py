@@ -24,11 +24,14 @@ continued won by construction (docs/status.md). This study removes both confound
           runs no grid.
   control the ML control's learning rate: ML from the same best checkpoint, fresh optimizer,
           at every rate of rl_arms.CONTROL_GRID (the RL grid's budget), or --control_point LR.
-  arms    the arms of studies.rl_arms from the start, --arm_minutes each: ML continued, mixed
-          ML + RL and RL alone (Table 1's rows), the ML control (differing from the RL arms in
-          the objective alone), and the mixed arm and the control under --second_seed. Every
-          arm but ML continued begins a new phase from the start's best checkpoint with a
-          fresh optimizer (pgn_tf.training), the step counter continuing. --arms runs some.
+  arms    the arms of studies.rl_arms from the start, --arm_minutes each, in the order
+          rl_arms.RUN_ORDER (the control and the RL arms first, ML continued last): the ML
+          control (differing from the RL arms in the objective and its grid-chosen learning
+          rate), mixed ML + RL and RL alone (Table 1's rows), the mixed arm and the control
+          under --second_seed, and ML continued. Every arm but ML continued begins a new phase
+          from the start's best checkpoint with a fresh optimizer (pgn_tf.training), the step
+          counter continuing. --arms runs some; the tests cover every arm scored in the work
+          dir.
 
 Scored as the corpus's table scores (studies/quality_table.py on the headlines,
 studies/digest_table.py on the digests, which adds blocks matched and sentences repeated):
@@ -73,14 +76,18 @@ STAGE = "rl_converged"
 CORPORA = {
     "descriptions": {"preset": "debian_paulus", "table": Table, "settings": TableSettings,
                      "score": 1500, "select": 500,
-                     "start_minutes": 60.0},
+                     "start_minutes": 60.0, "control_eval_every": 350},
     "digests": {"preset": "digest_paulus", "table": DigestTable, "settings": DigestSettings,
                 "score": 600, "select": 400,
-                "start_minutes": 80.0},
+                "start_minutes": 80.0, "control_eval_every": 450},
 }
+# control_eval_every: the ML control's train.eval_every, as many evaluations a minute as the RL
+# arms' every 100 steps: ML ran 3.6x the mixed arm's steps/s on the headlines (6.19 against
+# 1.71, docs/records/2026-11-27-rl-converged-arms.md) and 4.5x on the digests (1.16 against
+# 0.26, 2026-11-27-rl-converged-digests-ml-and-mixed-arms.md).
 FLAT_GAIN = 0.3  # ROUGE-Lsum points the last third of the start may gain and still be flat
 # The phases in the order they run; --stop_after names one to end the run after it cleanly.
-PHASES = ("start", "grid", "control_grid", *ARM_DIRS.values())
+PHASES = ("start", "grid", "control_grid", *(ARM_DIRS[x] for x in rl_arms.RUN_ORDER))
 
 
 def flatness(curve: list[dict], key: str = "rougeLsum") -> dict:
@@ -161,11 +168,11 @@ class Study:
         if self.stop_after("control_grid"):
             return
         rows = self.state.setdefault("rows", {})
-        for arm in [x for x in ARMS if ARM_DIRS[x] in a.arms]:
+        for arm in [x for x in rl_arms.RUN_ORDER if ARM_DIRS[x] in a.arms]:
             d = w("arms", ARM_DIRS[arm])
             t = self.phase(d, a.arm_minutes, rl_arms.arm_overrides(
-                arm, chosen, a.rl_samples, a.rl_eval_every, control_rate, a.second_seed),
-                start=start)
+                arm, chosen, a.rl_samples, a.rl_eval_every, control_rate, a.second_seed,
+                a.control_eval_every), start=start)
             if not (d in self.reused and arm in rows):
                 rows[arm] = self.table.evaluate(
                     f"paulus2017 converged start, {arm}", STAGE, d, train=[t0, t],
@@ -176,9 +183,11 @@ class Study:
                 return
         start_row = self.state["start"]["row"]
         start_row["decoded_kept"] = self.keep_decoded(start_row, "start")
+        # every arm scored in this work dir, by this run or an earlier one with other --arms
+        for arm, r in rows.items():
+            r["decoded_kept"] = self.keep_decoded(r, ARM_DIRS[arm])
         self.state["tests"] = rl_arms.compare_arms(
-            {k: w(r["decoded_kept"]) for k, r in rows.items() if ARM_DIRS[k] in a.arms},
-            w(start_row["decoded_kept"]))
+            {k: w(r["decoded_kept"]) for k, r in rows.items()}, w(start_row["decoded_kept"]))
         self.save()
 
     def rl_grid(self, start: str, t0: dict) -> dict:
@@ -205,7 +214,8 @@ class Study:
         results = []
         for lr in a.control_learning_rates:
             d = self.table.w("control_grid", f"lr{lr:g}")
-            t = self.phase(d, a.grid_minutes, rl_arms.control_overrides(lr), start=start)
+            t = self.phase(d, a.grid_minutes, rl_arms.control_overrides(
+                lr, a.control_eval_every), start=start)
             results.append({"learning_rate": lr, "gamma": 0.0, "steps": t["final_step"],
                             "selection_rougeLsum": _best_selection_rouge(d, t0["final_step"])})
             self.state["control_grid"] = results
@@ -325,10 +335,17 @@ def render(state: dict, settings: dict) -> str:
     tests = state.get("tests") or {}
     against = rl_arms.control_table(tests, targets.P_VALUE)
     if against:
-        lines += ["The RL arms against the ML control (the same start, checkpoint, fresh "
-                  "optimizer and grid budget; only the objective differs), each seed; the last "
-                  "column is the spread between two seeds' runs of one arm:", "", *against, ""]
+        lines += ["The RL arms against the ML control (the same start checkpoint, a fresh "
+                  "optimizer, the same grid budget, minutes and evaluations a minute; the "
+                  "objective differs, and the learning rate its own grid chose), each seed; the "
+                  "last column is the spread between two seeds' runs of one arm:", "",
+                  *against, ""]
+    between = {f"{b} vs {a}, {m}" for b, a in rl_arms.BETWEEN_SEEDS for m in rl_arms.METRICS}
     for name, test in tests.items():
+        if name in between:  # two runs of one arm: the delta is the spread, not a claim
+            lines.append(f"- {name}: delta {test['delta']:+.2f} (95% CI {test['delta_ci95']}): "
+                         "the spread between two seeds")
+            continue
         ok = test["delta"] > 0 and test["p_value"] < targets.P_VALUE
         verdict = f"above at p < {targets.P_VALUE:g}" if ok else "not shown above"
         lines.append(f"- {name}: delta {test['delta']:+.2f} (95% CI {test['delta_ci95']}), "
@@ -372,7 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "the ML term's is 1 - gamma)")
     p.add_argument("--rl_samples", type=int, default=4)
     p.add_argument("--rl_eval_every", type=int, default=rl_arms.RL_EVAL_EVERY,
-                   help="the RL phases' train.eval_every (ML keeps the preset's)")
+                   help="the RL phases' train.eval_every (ML continued keeps the preset's)")
+    p.add_argument("--control_eval_every", type=int,
+                   help="the ML control's train.eval_every (default: the corpus's, as many "
+                        "evaluations a minute as the RL arms)")
     p.add_argument("--score", type=int,
                    help="validation pairs scored (default: the corpus's, 1500 or 600)")
     p.add_argument("--select", type=int,
@@ -401,7 +421,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    for key in ("start_minutes", "score", "select"):
+    for key in ("start_minutes", "score", "select", "control_eval_every"):
         if getattr(a, key) is None:
             setattr(a, key, CORPORA[a.corpus][key])
     if not a.render and not a.data_dir:

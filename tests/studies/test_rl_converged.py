@@ -50,7 +50,8 @@ def test_grid_and_choice():
 @pytest.mark.parametrize("arm", rc.ARMS)
 def test_each_arms_overrides_are_the_presets_keys(arm, corpus):
     point = {"learning_rate": 3e-5, "gamma": 0.99}
-    overrides = rl_arms.arm_overrides(arm, point, 4, control_rate=6e-4, second_seed=77)
+    overrides = rl_arms.arm_overrides(arm, point, 4, control_rate=6e-4, second_seed=77,
+                                      control_eval_every=rc.CORPORA[corpus]["control_eval_every"])
     start = config_lib.resolve(rc.CORPORA[corpus]["preset"])
     cfg = config_lib.resolve(rc.CORPORA[corpus]["preset"])
     config_lib.apply_overrides(cfg, overrides)
@@ -69,9 +70,13 @@ def test_each_arms_overrides_are_the_presets_keys(arm, corpus):
         assert cfg.train.rl_gamma == 0.99
     if base == "ML control":
         assert cfg.train.learning_rate == 6e-4 and cfg.train.phase_name == "control"
-        assert cfg.train.eval_every == start.train.eval_every  # ML's cadence, as ML continued
+        # as many evaluations a minute as the RL arms: ML steps are 3-5x as fast as mixed ones
+        assert cfg.train.eval_every == rc.CORPORA[corpus]["control_eval_every"]
+        assert 3 * rl_arms.RL_EVAL_EVERY <= cfg.train.eval_every <= 5 * rl_arms.RL_EVAL_EVERY
         with pytest.raises(ValueError, match="control grid"):
             rl_arms.arm_overrides(arm, point, 4)
+    if base == "ML continued":
+        assert cfg.train.eval_every == start.train.eval_every  # the preset's, a plain resume
     with pytest.raises(ValueError, match="unknown arm"):
         rl_arms.arm_overrides("RL", point, 4)
 
@@ -139,7 +144,11 @@ def test_the_control_table_sets_the_seed_spread_beside_the_deltas():
     assert lines[5].startswith("| ML+RL (mixed) vs ML control | 2 | rougeLsum | +0.50 |")
     assert rl_arms.control_table({"RL alone vs the start, rougeL": t(1, 0.01)}, 0.05) == []
     md = rc.render({"tests": tests}, {})
-    assert "only the objective differs" in md and lines[2] in md
+    assert "the objective differs, and the learning rate its own grid chose" in md
+    assert lines[2] in md
+    # two runs of one arm: their delta is the spread, never a verdict
+    spread = next(x for x in md.splitlines() if x.startswith("- ML control, seed 2 vs"))
+    assert spread.endswith("the spread between two seeds") and "above" not in spread
 
 
 def test_the_record_names_the_code():
@@ -186,16 +195,22 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     assert trained == ["start"] and len(scored) == 1
     state = json.loads((work / "rl.json").read_text())
     assert "grid" not in state and state["start"]["row"]["name"] == scored[0]
-    assert rc.main([*args, "--stop_after", "ml"]) == 0
+    assert rc.main([*args, "--stop_after", "control"]) == 0  # the control is the first arm
     assert trained == ["start", "lr0.0001_g0.9984", "lr0.0001_g0.99", "lr0.0001", "lr0.0003",
-                       "ml"]
-    assert scored == [scored[0], "paulus2017 converged start, ML continued"]
+                       "control"]
+    assert scored == [scored[0], "paulus2017 converged start, ML control"]
     state = json.loads((work / "rl.json").read_text())
     assert state["chosen"]["gamma"] == 0.99 and "tests" not in state  # the later point scored more
     assert state["control_chosen"] == {"learning_rate": 3e-4}
     assert [g["learning_rate"] for g in state["control_grid"]] == [1e-4, 3e-4]
+    # some arms in a run of their own: the tests still cover every arm the work dir has scored
+    assert rc.main([*args, "--arms", "mixed,rl"]) == 0
+    assert trained[6:] == ["mixed", "rl"]
+    state = json.loads((work / "rl.json").read_text())
+    assert {"ML+RL (mixed) vs ML control, rougeLsum", "RL alone vs ML control, rougeL",
+            "ML control vs the start, rougeLsum"} <= set(state["tests"])
     assert rc.main(args) == 0
-    assert trained[6:] == ["mixed", "rl", "control", "mixed_seed2", "control_seed2"]
+    assert trained[8:] == ["mixed_seed2", "control_seed2", "ml"]
     assert len(scored) == 7
     state = json.loads((work / "rl.json").read_text())
     assert set(state["rows"]) == set(rc.ARMS)
@@ -206,7 +221,7 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
                  "ML+RL (mixed), seed 2 vs ML control, seed 2, rougeLsum",
                  "ML control, seed 2 vs ML control, rougeL"):
         assert name in state["tests"]
-    assert len(state["code_versions"]) == 3
+    assert len(state["code_versions"]) == 4  # one a run
     md = (work / "rl_table.md").read_text()
     assert "| RL alone |" in md and "| ML control, seed 2 |" in md
     assert "| ML+RL (mixed) vs ML control | 2 | rougeLsum |" in md
@@ -336,3 +351,18 @@ def test_the_digests_study_has_its_preset_table_and_columns(tmp_path, monkeypatc
                                                  if "block" not in k and "sentence" not in k}}},
                           {})
     assert "blocks matched" not in headlines and "(debian_paulus)" in headlines
+
+
+def test_the_control_and_its_grid_evaluate_as_often_a_minute_as_the_rl_arms(tmp_path,
+                                                                            monkeypatch):
+    trained, _ = _fake_phases(monkeypatch, tmp_path)
+    work = tmp_path / "work"
+    args = ["--data_dir", str(tmp_path), "--work_dir", str(work), "--arms", "control",
+            "--control_learning_rates", "1e-4"]
+    assert rc.main(args) == 0
+    every = rc.CORPORA["descriptions"]["control_eval_every"]
+    assert [name for name, _ in trained] == ["start", "lr0.0001", "control"]
+    for _, extra in trained[1:]:
+        assert f"train.eval_every={every}" in extra
+    assert rc.main([*args, "--work_dir", str(tmp_path / "w2"), "--control_eval_every", "200"]) == 0
+    assert "train.eval_every=200" in trained[-1][1]
