@@ -103,6 +103,7 @@ from benchmarks.peer import (
     PEER_DECODE_STEPS,
     PEER_TRAIN_STEPS,
     peer_forced_decoding,
+    peer_variant,
     run_peer,
     tail,
 )
@@ -321,6 +322,9 @@ def run(a) -> dict:
             raise UserError(f"--variant {text}: {e}") from None
     if not a.skip_peer and not os.path.isfile(os.path.join(a.peer_dir, "bench.sh")):
         raise UserError(f"--peer_dir {a.peer_dir} holds no bench.sh")
+    if a.peer_set and not a.skip_peer:  # the reference with these yaml settings, from a copy
+        a.peer_dir = peer_variant(a.peer_dir, a.peer_set,
+                                  os.path.join(os.path.abspath(a.work_dir), "peer_variant"))
     if not a.skip_ours:
         for name in ("train.jsonl.gz", "validation.jsonl.gz"):
             if not os.path.isfile(os.path.join(a.data_dir, name)):
@@ -356,7 +360,10 @@ def run(a) -> dict:
               f"validation file?")
     print(f"cpu_flags: {cpu_flags()}")
     print(f"date: {date}")
+    if a.peer_set:
+        print(f"the reference ran with: {', '.join(a.peer_set)} (onmt-ref.yaml otherwise)")
     result = {"corpus": a.corpus, "config": a.config, "overrides": a.set, "date": date,
+              "peer_set": a.peer_set,
               "cpu": a.cpu,
               "decode": {"beam": BEAM, "batch": BATCH, "max_tokens": a.max_tokens,
                          "forced_length": a.forced_length,
@@ -396,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[],
                    metavar="NAME:SECTION.KEY=VALUE[,...]",
                    help="one more training measurement with these overrides (repeatable)")
+    p.add_argument("--peer_set", action="append", default=[], metavar="KEY=VALUE",
+                   help="run the reference with this onmt-ref.yaml setting (repeatable; e.g. "
+                        "share_embeddings=true: one embedding table, as this project's)")
     add_cpu_flag(p)
     p.add_argument("--skip_peer", action="store_true", help="only this project's half")
     p.add_argument("--skip_ours", action="store_true", help="only the reference's half")

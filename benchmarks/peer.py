@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import time
 
 import yaml
@@ -27,6 +28,10 @@ PEER_LINES = {
         r"peer decoding: (?P<articles>\d+) articles in (?P<seconds>[\d.]+) s = "
         r"(?P<articles_per_sec>[\d.]+) articles/s")),
 }
+# OpenNMT-py options --peer_set may add to the reference's yaml (any key already in it may be
+# changed): share_embeddings ties the encoder's and decoder's embedding tables, as this
+# project's one table (the reference keeps two, 2.56M parameters more at a 20k vocabulary).
+PEER_KEYS = frozenset({"share_embeddings"})
 # Which lines each mode of bench.sh prints.
 PEER_MODES = {"train": ("training", "parameters"), "decode": ("decoding",),
               "both": ("training", "parameters", "decoding")}
@@ -83,6 +88,39 @@ def peer_batch_size(peer_dir: str, peer_work: str | None = None) -> int | None:
     if ref.get("batch_type", "sents") != "sents" or "batch_size" not in ref:
         return None
     return int(ref["batch_size"])
+
+
+def peer_variant(peer_dir: str, settings: list[str], where: str) -> str:
+    """A copy of the peer directory in `where` whose onmt-ref.yaml has the KEY=VALUE settings
+    (YAML values: share_embeddings=true) -> the copy's path, for run_peer. bench.sh and
+    setup_onmt.sh are copied as they are; setup_onmt.sh reads the corpus from the peer
+    directory's parent (its data/), which the copy's parent links to. A key the reference's
+    yaml does not have is refused unless it is one of OpenNMT-py's options that this
+    comparison is known to need (PEER_KEYS): a typo would otherwise run the reference as is
+    and label it a variant."""
+    with open(os.path.join(peer_dir, "onmt-ref.yaml")) as f:
+        ref = yaml.safe_load(f) or {}
+    for text in settings:
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"--peer_set {text!r}: expected KEY=VALUE, e.g. share_embeddings=true")
+        if key not in ref and key not in PEER_KEYS:
+            raise UserError(f"--peer_set {text!r}: {key} is neither in the reference's "
+                            f"onmt-ref.yaml nor one of {', '.join(sorted(PEER_KEYS))}")
+        ref[key] = yaml.safe_load(value)
+    if ref.get("share_embeddings") and not ref.get("share_vocab"):
+        raise UserError("--peer_set share_embeddings=true needs share_vocab: true (OpenNMT-py)")
+    copy = os.path.join(where, "peer")
+    os.makedirs(copy, exist_ok=True)
+    for name in ("bench.sh", "setup_onmt.sh"):
+        shutil.copy2(os.path.join(peer_dir, name), copy)
+    with open(os.path.join(copy, "onmt-ref.yaml"), "w") as f:
+        yaml.safe_dump(ref, f, sort_keys=False)
+    data = os.path.join(where, "data")
+    if not os.path.lexists(data):
+        os.symlink(os.path.join(os.path.dirname(os.path.abspath(peer_dir)), "data"), data)
+    return copy
 
 
 def mean_tokens(path: str) -> float | None:

@@ -329,3 +329,33 @@ def test_our_search_forced_to_a_length_writes_exactly_that_many_tokens(trained_m
     free = compare_peer.our_decoding(cfg, trained_model_dir, checkpoint, corpus["validation"],
                                      9)  # the tiny model stops before 9 tokens on its own
     assert free["mean_tokens"] < 9 and free["min_dec_steps"] == min(cfg.decode.min_dec_steps, 9)
+
+
+def test_a_peer_setting_runs_the_reference_from_a_copy_with_that_yaml(tmp_path, capsys):
+    import yaml
+
+    shared = tmp_path / "shared"
+    peer_dir = shared / "peer"
+    peer_dir.mkdir(parents=True)
+    (shared / "data").mkdir()
+    (peer_dir / "onmt-ref.yaml").write_text("share_vocab: true\nword_vec_size: 128\n")
+    (peer_dir / "setup_onmt.sh").write_text("echo setup\n")
+    # a stand-in bench.sh: prints its own yaml's setting, then the real one's lines
+    (peer_dir / "bench.sh").write_text(
+        "HERE=$(cd \"$(dirname \"$0\")\" && pwd)\ngrep share_embeddings \"$HERE/onmt-ref.yaml\"\n"
+        "ls \"$HERE/../data\" >/dev/null && echo data-linked\ncat <<'OUT'\n" + OUTPUT + "OUT\n")
+    copy = peer.peer_variant(str(peer_dir), ["share_embeddings=true"], str(tmp_path / "v"))
+    ref = yaml.safe_load((tmp_path / "v" / "peer" / "onmt-ref.yaml").read_text())
+    assert copy == str(tmp_path / "v" / "peer")
+    assert ref == {"share_vocab": True, "word_vec_size": 128, "share_embeddings": True}
+    assert "share_embeddings" not in (peer_dir / "onmt-ref.yaml").read_text()  # left as it was
+    figures = peer.run_peer(copy, str(tmp_path / "work"))
+    assert figures["params"] == 11480833
+    out = capsys.readouterr().out
+    assert "share_embeddings: true" in out and "data-linked" in out
+    # a key the reference lacks and no known option, or a malformed setting: refused
+    for bad, match in ((["share_embedding=true"], "neither in the reference"),
+                       (["share_embeddings"], "KEY=VALUE"),
+                       (["share_vocab=false", "share_embeddings=true"], "needs share_vocab")):
+        with pytest.raises(UserError, match=match):
+            peer.peer_variant(str(peer_dir), bad, str(tmp_path / "v2"))
