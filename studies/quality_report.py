@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 
+from benchmarks.common import CPU_EMULATIONS
 from studies import targets
 
 STAGES = ("lead", "baseline", "see", "seeds", "precision", "cpu_types", "paulus", "see_rl", "abs",
@@ -25,12 +26,12 @@ PRECISION_ARMS = (
 
 # The cpu_types stage's two arms: (row suffix, --set overrides, environment). The first is what
 # `auto` picks on the machine the study runs on; the second what a CPU without bf16 runs: float32
-# forced and oneDNN (and MKL) capped at AVX2, as benchmarks' `--cpu avx2` (the rest of an older
-# chip, its clock and caches, no cap emulates: docs/records/2026-11-28-cpu-emulation-check.md).
+# forced under benchmarks' `--cpu avx2` caps (oneDNN and MKL at AVX2; the PyTorch one does
+# nothing to TensorFlow). The rest of an older chip, its clock and caches, no cap emulates:
+# docs/records/2026-11-28-cpu-emulation-check.md.
 CPU_TYPE_ARMS = (
     ("auto (this CPU)", ["train.mixed_precision=auto"], {}),
-    ("float32 forced, oneDNN capped at AVX2", ["train.mixed_precision="],
-     {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),
+    ("float32 forced, oneDNN capped at AVX2", ["train.mixed_precision="], CPU_EMULATIONS["avx2"]),
 )
 
 
@@ -210,8 +211,7 @@ def cpu_types_lines(table) -> list[str]:
     if not test or len(rows) != len(CPU_TYPE_ARMS):
         return []
     out = [f"{arm}: {r.get('precision')} in {r.get('train_steps')} steps, ROUGE-1/2/Lsum "
-           f"{r['rouge1']}/{r['rouge2']}/{r['rougeLsum']}"
-           for arm, r in ((a, rows[a]) for a, _, _ in CPU_TYPE_ARMS)]
+           f"{r['rouge1']}/{r['rouge2']}/{r['rougeLsum']}" for arm, r in rows.items()]
     (a, _, _), (b, _, _) = CPU_TYPE_ARMS
     out.append(f"{a} vs {b}, the same recipe and budget: ROUGE-Lsum delta {test['delta']} "
                f"[{test['delta_ci95'][0]}, {test['delta_ci95'][1]}], one-sided p = "
