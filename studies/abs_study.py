@@ -44,13 +44,13 @@ import json
 import os
 import sys
 
-from benchmarks.common import cpu_flags, emit
+from benchmarks.common import emit
 from benchmarks.runner import sh
 from pgn_tf import config as config_lib
 from studies import targets
 from studies.quality_report import ci_cell
 from studies.quality_table import Table, TableSettings, set_flags
-from studies.resumable import StudyState, run_and_write, selected_step
+from studies.resumable import StudyState, cpu_line, run_and_write, selected_step
 
 ENCODERS = ("bow", "conv", "attention")
 PRESETS = ("debian_abs", "rush2015_abs")
@@ -203,8 +203,7 @@ def render(state: dict) -> str:
              f"{settings.get('score')} validation pairs, ABS+ tuned on the "
              f"{settings.get('select')} after them; references (and lead-8) with every digit "
              f"as '#' for {', '.join(digit_presets()) or 'no preset'} (data.replace_digits); "
-             f"CPU flags: "
-             f"{settings.get('cpu_flags') or cpu_flags()}; code: {code}.", "",
+             f"{cpu_line(state)}; code: {code}.", "",
              "| system | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | [UNK] outputs % | raw [UNK] outputs % "
              "| repeat-word outputs % | novel 2-gram % | steps | selected step | train min |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -260,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a config override for every training phase (recorded)")
     p.add_argument("--stop_after", choices=MODELS, metavar="PRESET:ENCODER",
                    help="end the run after this model (resume later without it)")
+    p.add_argument("--allow_cpu_change", action="store_true",
+                   help="resume on a machine whose CPU flags differ from the study's first run "
+                        "(refused otherwise: its phases are timed); the table names each "
+                        "phase's flags")
     p.add_argument("--render", action="store_true", help="only rewrite abs_table.md")
     return p
 

@@ -9,6 +9,11 @@ resumes where it stopped.
 A phase that finished (its `phase_done` marker beside `train_result.json`) is never trained
 again, and its scoring is reused when the state file holds it (`reused`). Used by
 studies.rl_converged and studies.abs_study.
+
+Phases are timed (minutes, not steps), so a phase trained on another CPU type gets another
+number of steps than the phases it is compared with: a resumed run on a machine whose CPU flags
+differ from the study's first run is refused unless its settings allow it (`allow_cpu_change`),
+and every phase records the flags it was trained under (`cpu_line` names them in a table).
 """
 
 from __future__ import annotations
@@ -41,9 +46,26 @@ class StudyState:
             json.dump(self.state, f, indent=2)
 
     def begin(self, settings: dict) -> None:
-        """Records this run's settings and its code, after every earlier run's (a resumed run
-        may run newer code for its rest)."""
+        """Records this run's settings, its code and its CPU flags, after every earlier run's (a
+        resumed run may run newer code for its rest). Refuses (SystemExit, nothing written) a
+        machine whose CPU flags differ from the study's first run unless
+        settings["allow_cpu_change"]."""
+        flags = settings.get("cpu_flags")
+        first = study_cpu_flags(self.state)
+        if first is not None and flags != first and not settings.get("allow_cpu_change"):
+            raise SystemExit(
+                f"{self.path}: this study's phases so far ran on a CPU with flags '{first}'; "
+                f"this machine's are '{flags}'. Its phases are timed, so one trained here gets "
+                "another number of steps than those it is compared with. Resume it on a machine "
+                "of the same CPU type, or pass --allow_cpu_change (each phase's flags are then "
+                "named in the table).")
+        if first is not None and not self.state.get("runs"):  # a state file from before runs
+            # were listed: its settings are its last run's, the only flags known
+            self.state["runs"] = [{"code": (self.state.get("code_versions") or ["?"])[-1],
+                                   "cpu_flags": first}]
         self.state["code_versions"] = [*self.state.get("code_versions", []), code_version()]
+        self.state["runs"] = [*self.state.get("runs", []),
+                              {"code": code_version(), "cpu_flags": flags}]
         self.state["settings"] = settings
         self.save()
 
@@ -67,6 +89,9 @@ class StudyState:
         result = self.table.train_phase(d, preset, minutes, list(flags))
         with open(os.path.join(d, DONE), "w") as f:
             f.write("done\n")
+        phases = self.state.setdefault("phase_cpu_flags", {})
+        phases[os.path.relpath(d, self.table.w())] = cpu_flags()
+        self.save()
         return result
 
     def stop_after(self, phase: str) -> bool:
@@ -76,6 +101,29 @@ class StudyState:
         print(f"[{self.label}] stopped after {phase} (--stop_after); the same command without "
               "it resumes", flush=True)
         return True
+
+
+def study_cpu_flags(state: dict) -> str | None:
+    """The CPU flags of a study's first run (None before one): its phases' CPU type."""
+    runs = state.get("runs")
+    if runs:
+        return runs[0].get("cpu_flags")
+    # a state file written before runs were listed holds its last run's settings only
+    return (state.get("settings") or {}).get("cpu_flags")
+
+
+def cpu_line(state: dict) -> str:
+    """'CPU flags: ...' for a study's table: one CPU type, or each phase's where they differ
+    (a timed phase's steps depend on it)."""
+    phases = state.get("phase_cpu_flags") or {}
+    kinds = set(phases.values()) | {study_cpu_flags(state)}  # the first run's: the start's
+    kinds.discard(None)
+    if len(kinds) <= 1:
+        one = next(iter(kinds), None) or study_cpu_flags(state) or cpu_flags()
+        return f"CPU flags: {one}"
+    return ("CPU flags differ between phases (timed phases: their steps are not comparable "
+            "across CPU types): " + "; ".join(f"{d}: {f}" for d, f in sorted(phases.items()))
+            + f"; any phase not named: {study_cpu_flags(state)}")
 
 
 def run_and_write(a, study, name: str, render) -> str:

@@ -62,11 +62,11 @@ import os
 import shutil
 import sys
 
-from benchmarks.common import cpu_flags, emit
+from benchmarks.common import emit
 from studies import rl_arms, targets
 from studies.digest_table import DigestSettings, DigestTable
 from studies.quality_table import Table, TableSettings, event_scalars, set_flags
-from studies.resumable import StudyState, run_and_write, selected_step
+from studies.resumable import StudyState, cpu_line, run_and_write, selected_step
 from studies.rl_arms import ARM_DIRS, ARMS, CONTROL_ARMS
 
 STAGE = "rl_converged"
@@ -274,8 +274,7 @@ def render(state: dict, settings: dict) -> str:
              f"point, arms {settings.get('arm_minutes')} min each, rl_samples "
              f"{settings.get('rl_samples')}; scored on the first {settings.get('score')} "
              f"validation pairs, selected on the {settings.get('select')} after them (beam "
-             f"{beam}, as scored); CPU "
-             f"flags: {settings.get('cpu_flags') or cpu_flags()}; code: "
+             f"{beam}, as scored); {cpu_line(state)}; code: "
              f"{', '.join(state.get('code_versions') or ['?'])}.",
              ""]
     s = state.get("start")
@@ -415,6 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
                    + " (default: all)")
     p.add_argument("--stop_after", choices=PHASES,
                    help="end the run after this phase (resume later without it)")
+    p.add_argument("--allow_cpu_change", action="store_true",
+                   help="resume on a machine whose CPU flags differ from the study's first run "
+                        "(refused otherwise: its phases are timed); the table names each "
+                        "phase's flags")
     p.add_argument("--render", action="store_true", help="only rewrite rl_table.md")
     return p
 

@@ -366,3 +366,56 @@ def test_the_control_and_its_grid_evaluate_as_often_a_minute_as_the_rl_arms(tmp_
         assert f"train.eval_every={every}" in extra
     assert rc.main([*args, "--work_dir", str(tmp_path / "w2"), "--control_eval_every", "200"]) == 0
     assert "train.eval_every=200" in trained[-1][1]
+
+
+def test_a_resumed_run_on_another_cpu_type_is_refused_unless_allowed(tmp_path, monkeypatch):
+    """Phases are timed, so a phase trained on another CPU type gets another number of steps:
+    a resumed run on a machine whose CPU flags differ from the first run's is refused before
+    any work, unless --allow_cpu_change, and the table then names each phase's flags."""
+    from studies import resumable
+
+    trained, _ = _fake_phases(monkeypatch, tmp_path)
+    work = tmp_path / "work"
+    args = ["--data_dir", str(tmp_path), "--work_dir", str(work), "--point", "3e-4,0.99",
+            "--arms", "rl,mixed"]
+    monkeypatch.setattr(resumable, "cpu_flags", lambda: "avx2 avx512f avx512_bf16")
+    assert rc.main([*args, "--stop_after", "mixed"]) == 0
+    md = (work / "rl_table.md").read_text()
+    assert "; CPU flags: avx2 avx512f avx512_bf16; code:" in md
+    before = (work / "rl.json").read_text()
+    monkeypatch.setattr(resumable, "cpu_flags", lambda: "avx2")
+    with pytest.raises(SystemExit, match="ran on a CPU with flags 'avx2 avx512f avx512_bf16'; "
+                                         "this machine's are 'avx2'"):
+        rc.main(args)
+    assert [name for name, _ in trained] == ["start", "mixed"]  # nothing ran
+    assert (work / "rl.json").read_text() == before  # nor was written
+    assert rc.main([*args, "--allow_cpu_change"]) == 0
+    assert [name for name, _ in trained] == ["start", "mixed", "rl"]
+    state = json.loads((work / "rl.json").read_text())
+    assert state["phase_cpu_flags"] == {"start": "avx2 avx512f avx512_bf16",
+                                        "arms/mixed": "avx2 avx512f avx512_bf16",
+                                        "arms/rl": "avx2"}
+    assert [r["cpu_flags"] for r in state["runs"]] == ["avx2 avx512f avx512_bf16", "avx2"]
+    md = (work / "rl_table.md").read_text()
+    assert "CPU flags differ between phases" in md and "arms/rl: avx2;" in md
+
+
+def test_a_state_file_from_before_runs_were_listed_keeps_its_cpu_type(tmp_path, monkeypatch):
+    """A study begun by older code recorded only its settings' CPU flags: they stay the study's
+    CPU type when it resumes."""
+    from studies import resumable
+
+    _fake_phases(monkeypatch, tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "rl.json").write_text(json.dumps({"code_versions": ["abc1234"],
+                                              "settings": {"cpu_flags": "avx2 avx512f"}}))
+    monkeypatch.setattr(resumable, "cpu_flags", lambda: "avx2")
+    args = ["--data_dir", str(tmp_path), "--work_dir", str(work), "--point", "3e-4,0.99",
+            "--arms", "rl"]
+    with pytest.raises(SystemExit, match="flags 'avx2 avx512f'"):
+        rc.main(args)
+    monkeypatch.setattr(resumable, "cpu_flags", lambda: "avx2 avx512f")
+    assert rc.main(args) == 0
+    state = json.loads((work / "rl.json").read_text())
+    assert state["runs"][0] == {"code": "abc1234", "cpu_flags": "avx2 avx512f"}
