@@ -63,9 +63,9 @@ class StudyState:
             # were listed: its settings are its last run's, the only flags known
             self.state["runs"] = [{"code": (self.state.get("code_versions") or ["?"])[-1],
                                    "cpu_flags": first}]
-        self.state["code_versions"] = [*self.state.get("code_versions", []), code_version()]
-        self.state["runs"] = [*self.state.get("runs", []),
-                              {"code": code_version(), "cpu_flags": flags}]
+        code = code_version()
+        self.state["code_versions"] = [*self.state.get("code_versions", []), code]
+        self.state["runs"] = [*self.state.get("runs", []), {"code": code, "cpu_flags": flags}]
         self.state["settings"] = settings
         self.save()
 
@@ -119,7 +119,7 @@ def cpu_line(state: dict) -> str:
     kinds = set(phases.values()) | {study_cpu_flags(state)}  # the first run's: the start's
     kinds.discard(None)
     if len(kinds) <= 1:
-        one = next(iter(kinds), None) or study_cpu_flags(state) or cpu_flags()
+        one = next(iter(kinds), None) or cpu_flags()
         return f"CPU flags: {one}"
     return ("CPU flags differ between phases (timed phases: their steps are not comparable "
             "across CPU types): " + "; ".join(f"{d}: {f}" for d, f in sorted(phases.items()))
