@@ -292,31 +292,33 @@ def render(state: dict, settings: dict) -> str:
         c = state["chosen"]
         lines += [f"No grid: learning rate {c['learning_rate']:g} and gamma {c['gamma']:g} "
                   "given (--point).", ""]
+    # a grid point's "steps" is its final step, which counts the start's; shown is the phase's
+    start_step = ((s or {}).get("train") or {}).get("final_step")
+    steps_head, phase_steps = _phase_steps_column(start_step)
     if state.get("grid"):
         lines += [f"| learning rate | gamma (the RL term's weight) | selection ROUGE-Lsum (beam "
-                  f"{beam}) | steps |", "|---|---|---|---|"]
+                  f"{beam}) | {steps_head} |", "|---|---|---|---|"]
         lines += [f"| {g['learning_rate']:g} | {g['gamma']:g} | {g['selection_rougeLsum']} | "
-                  f"{g['steps']} |" for g in state["grid"]]
+                  f"{phase_steps(g['steps'])} |" for g in state["grid"]]
         lines.append("")
     if state.get("control_grid"):
         lines += ["The ML control's grid (ML from the start's best checkpoint, fresh "
                   "optimizer; as many points and minutes as the RL grid):", "",
-                  f"| learning rate | selection ROUGE-Lsum (beam {beam}) | steps |",
+                  f"| learning rate | selection ROUGE-Lsum (beam {beam}) | {steps_head} |",
                   "|---|---|---|"]
-        lines += [f"| {g['learning_rate']:g} | {g['selection_rougeLsum']} | {g['steps']} |"
-                  for g in state["control_grid"]]
+        lines += [f"| {g['learning_rate']:g} | {g['selection_rougeLsum']} | "
+                  f"{phase_steps(g['steps'])} |" for g in state["control_grid"]]
         lines.append("")
     if (state.get("control_chosen") or {}).get("given"):
         lines += [f"ML control: learning rate {state['control_chosen']['learning_rate']:g} given "
                   "(--control_point), no control grid.", ""]
     rows = state.get("rows") or {}
     if rows:
-        start_step = ((s or {}).get("train") or {}).get("final_step")
         # the digests' rows also measure blocks matched and sentences repeated (digest_table)
         digests = any("block_match_pct" in r for r in rows.values())
         extra_cols = " blocks matched % | sentences repeated % |" if digests else ""
         lines += ["| arm | ROUGE-1 | ROUGE-2 | ROUGE-Lsum | dup 3-gram % | novel 2-gram % | "
-                  "outputs repeating a word % |" + extra_cols + " steps | selected step |",
+                  "outputs repeating a word % |" + extra_cols + " final step | selected step |",
                   "|---|---|---|---|---|---|---|" + "---|---|" * digests + "---|---|"]
         for arm in ARMS:
             r = rows.get(arm)
@@ -355,6 +357,15 @@ def render(state: dict, settings: dict) -> str:
         lines += ["", f"Decoded outputs kept: {', '.join(kept)}; any p above is recomputed "
                   "by `python -m pgn_tf.significance A B --metric rougeLsum` on two of them."]
     return "\n".join(lines) + "\n"
+
+
+def _phase_steps_column(start_step: int | None):
+    """The grids' steps column: (header, final step -> cell). A point records its final step,
+    which counts the start's steps; the cell is the point's own steps where the start's final
+    step is known, else the final step under a header that says so."""
+    if start_step is None:
+        return "final step", lambda final: final
+    return "steps in the phase", lambda final: final - start_step
 
 
 def _floats(text: str) -> tuple[float, ...]:

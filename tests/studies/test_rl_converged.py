@@ -101,7 +101,9 @@ def test_render_follows_the_tests(tmp_path):
     state = {"start": {**rc.flatness(_curve([30, 40, 44, 45.2, 45.0, 45.1, 45.2])), "curve": [],
                        "train": {"final_step": 800}},
              "grid": [{"learning_rate": 1e-4, "gamma": 0.9984, "selection_rougeLsum": 41.0,
-                       "steps": 50}],
+                       "steps": 850}],
+             "control_grid": [{"learning_rate": 1e-5, "gamma": 0.0, "selection_rougeLsum": 40.5,
+                               "steps": 1100}],
              "rows": {arm: dict(row, selected_step=step)
                       for arm, step in zip(rc.ARMS, (900, 800, None))},
              "tests": {"ML+RL (mixed) vs ML continued, rougeLsum": ok,
@@ -114,6 +116,11 @@ def test_render_follows_the_tests(tmp_path):
     assert sum(x.startswith("| RL alone |") for x in lines) == 1
     assert next(x for x in lines if x.startswith("| ML continued |")).endswith("| 900 |")
     assert next(x for x in lines if x.startswith("| ML+RL")).endswith("| 800 (the start) |")
+    # the grids record a point's final step, which counts the start's 800; shown are its own
+    assert "| 0.0001 | 0.9984 | 41.0 | 50 |" in lines and "| 1e-05 | 40.5 | 300 |" in lines
+    assert sum(x.endswith("| steps in the phase |") for x in lines) == 2
+    no_start = rc.render({k: v for k, v in state.items() if k != "start"}, {})
+    assert "| 0.0001 | 0.9984 | 41.0 | 850 |" in no_start and "| final step |" in no_start
     # --render rewrites the table from rl.json without data or training
     (tmp_path / "rl.json").write_text(json.dumps({**state, "settings": {"score": 1500}}))
     assert rc.main(["--work_dir", str(tmp_path), "--render"]) == 0
