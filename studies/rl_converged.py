@@ -292,14 +292,16 @@ def render(state: dict, settings: dict) -> str:
         c = state["chosen"]
         lines += [f"No grid: learning rate {c['learning_rate']:g} and gamma {c['gamma']:g} "
                   "given (--point).", ""]
-    # a grid point's "steps" is its final step, which counts the start's; shown is the phase's
+    # a grid point records its final step, which counts the start's: shown is the point's own
+    # steps where the start's final step is known, else the final step under that header
     start_step = ((s or {}).get("train") or {}).get("final_step")
-    steps_head, phase_steps = _phase_steps_column(start_step)
+    steps_head = "final step" if start_step is None else "steps in the phase"
+    offset = start_step or 0
     if state.get("grid"):
         lines += [f"| learning rate | gamma (the RL term's weight) | selection ROUGE-Lsum (beam "
                   f"{beam}) | {steps_head} |", "|---|---|---|---|"]
         lines += [f"| {g['learning_rate']:g} | {g['gamma']:g} | {g['selection_rougeLsum']} | "
-                  f"{phase_steps(g['steps'])} |" for g in state["grid"]]
+                  f"{g['steps'] - offset} |" for g in state["grid"]]
         lines.append("")
     if state.get("control_grid"):
         lines += ["The ML control's grid (ML from the start's best checkpoint, fresh "
@@ -307,7 +309,7 @@ def render(state: dict, settings: dict) -> str:
                   f"| learning rate | selection ROUGE-Lsum (beam {beam}) | {steps_head} |",
                   "|---|---|---|"]
         lines += [f"| {g['learning_rate']:g} | {g['selection_rougeLsum']} | "
-                  f"{phase_steps(g['steps'])} |" for g in state["control_grid"]]
+                  f"{g['steps'] - offset} |" for g in state["control_grid"]]
         lines.append("")
     if (state.get("control_chosen") or {}).get("given"):
         lines += [f"ML control: learning rate {state['control_chosen']['learning_rate']:g} given "
@@ -357,15 +359,6 @@ def render(state: dict, settings: dict) -> str:
         lines += ["", f"Decoded outputs kept: {', '.join(kept)}; any p above is recomputed "
                   "by `python -m pgn_tf.significance A B --metric rougeLsum` on two of them."]
     return "\n".join(lines) + "\n"
-
-
-def _phase_steps_column(start_step: int | None):
-    """The grids' steps column: (header, final step -> cell). A point records its final step,
-    which counts the start's steps; the cell is the point's own steps where the start's final
-    step is known, else the final step under a header that says so."""
-    if start_step is None:
-        return "final step", lambda final: final
-    return "steps in the phase", lambda final: final - start_step
 
 
 def _floats(text: str) -> tuple[float, ...]:
