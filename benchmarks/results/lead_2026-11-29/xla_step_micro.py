@@ -4,7 +4,6 @@ plain against the same step under tf.function(jit_compile=True) (one XLA cluster
 Interleaved rounds; medians; max abs difference of the final state."""
 import json
 import os
-import sys
 import time
 
 import numpy as np
