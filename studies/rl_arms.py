@@ -156,10 +156,13 @@ def control_table(tests: dict, p_value: float) -> list[str]:
     if not rows:
         return []
 
-    def spread(metric: str) -> str:
-        parts = [f"{b.removesuffix(', seed 2')} {tests[k]['delta']:+.2f}"
-                 for b, a in BETWEEN_SEEDS if (k := f"{b} vs {a}, {metric}") in tests]
-        return "; ".join(parts) or "(one seed)"
+    def spread(row: tuple[str, str], metric: str) -> str:
+        """The seed spread of each of the row's two arms (an arm run under one seed says so)."""
+        parts = []
+        for arm in (x.removesuffix(", seed 2") for x in row):
+            k = f"{arm}, seed 2 vs {arm}, {metric}"
+            parts.append(f"{arm} {tests[k]['delta']:+.2f}" if k in tests else f"{arm} (one seed)")
+        return "; ".join(parts)
 
     lines = ["| comparison | seed | metric | delta | 95% CI | one-sided p | verdict | "
              "seed 2 minus seed 1, same arm |", "|---|---|---|---|---|---|---|---|"]
@@ -172,5 +175,5 @@ def control_table(tests: dict, p_value: float) -> list[str]:
             lines.append(f"| {b.removesuffix(', seed 2')} vs {CONTROL} | {seed_of(b)} | {metric} "
                          f"| {t['delta']:+.2f} | {t['delta_ci95']} | {t['p_value']:.4f} | "
                          + (f"above at p < {p_value:g}" if ok else "not shown above")
-                         + f" | {spread(metric)} |")
+                         + f" | {spread((b, a), metric)} |")
     return lines

@@ -146,8 +146,11 @@ def test_the_control_table_sets_the_seed_spread_beside_the_deltas():
     assert first[:3] == ["| ML+RL (mixed) vs ML control", "1", "rougeLsum"]
     assert first[5:7] == ["0.0010", "above at p < 0.05"]
     assert first[7] == "ML+RL (mixed) -0.30; ML control +0.10 |"
-    assert "not shown above" in lines[3] and "(one seed)" in lines[3]  # no rougeL seed tests
+    # no rougeL seed tests here
+    assert lines[3].endswith("| ML+RL (mixed) (one seed); ML control (one seed) |")
     assert lines[4].startswith("| RL alone vs ML control | 1 |") and "not shown above" in lines[4]
+    # RL alone runs under one seed: the mixed arm's spread is not its
+    assert lines[4].endswith("| RL alone (one seed); ML control +0.10 |")
     assert lines[5].startswith("| ML+RL (mixed) vs ML control | 2 | rougeLsum | +0.50 |")
     assert rl_arms.control_table({"RL alone vs the start, rougeL": t(1, 0.01)}, 0.05) == []
     md = rc.render({"tests": tests}, {})
