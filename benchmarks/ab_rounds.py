@@ -3,7 +3,11 @@ alternately in each, so a change (a refactor, a speed lever) is judged by a rati
 same machine at the same time, not by two figures from two runs.
 
     python -m benchmarks.ab_rounds --before BEFORE_CHECKOUT --after AFTER_CHECKOUT \
-        [--rounds 6] [--work_dir runs/ab_rounds] -- COMPARE_PEER_ARGS...
+        [--rounds 6] [--work_dir runs/ab_rounds] [--after_set SECTION.KEY=VALUE ...] \
+        -- COMPARE_PEER_ARGS...
+
+--after_set (repeatable) gives the after side's runs one more `--set`: a switch measured against
+the default in one checkout (--before and --after the same directory).
 
 Each round runs both checkouts once, in ABBA order (before first in even rounds, after first in
 odd ones), so drift on a noisy machine falls on both sides alike. Every run is a fresh process
@@ -52,15 +56,19 @@ def run_once(checkout: str, args: list[str], work_dir: str) -> dict[str, float]:
     return figures_of(proc.stdout)
 
 
-def rounds(before: str, after: str, n: int, args: list[str], work_dir: str) -> dict:
-    """n rounds of both checkouts in ABBA order -> each round's figures, ratios and medians."""
+def rounds(before: str, after: str, n: int, args: list[str], work_dir: str,
+           after_set: list[str] = ()) -> dict:
+    """n rounds of both checkouts in ABBA order -> each round's figures, ratios and medians;
+    after_set: overrides the after side's runs add (`--set` each)."""
     per_round = []
+    extra = {"before": [], "after": [x for item in after_set for x in ("--set", item)]}
     for i in range(n):
         order = [("before", before), ("after", after)][:: 1 if i % 2 == 0 else -1]
         got = {}
         for side, checkout in order:
-            print(f"== round {i + 1}/{n}: {side} ({checkout})", flush=True)
-            got[side] = run_once(checkout, args, work_dir)
+            print(f"== round {i + 1}/{n}: {side} ({checkout}) {' '.join(extra[side])}",
+                  flush=True)
+            got[side] = run_once(checkout, args + extra[side], work_dir)
         ratio = {k: round(got["after"][k] / got["before"][k], 4)
                  for k in got["before"] if got["after"].get(k)}
         per_round.append({**got, "ratio": ratio})
@@ -78,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--work_dir", default="runs/ab_rounds", help="compare_peer's --work_dir, "
                    "shared by both sides (its decoding model is trained once)")
+    p.add_argument("--after_set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="a --set the after side's runs add (repeatable)")
     p.add_argument("compare_peer_args", nargs=argparse.REMAINDER,
                    help="after --: compare_peer's arguments (--data_dir ... at least)")
     return p
@@ -90,11 +100,12 @@ def run(a) -> dict:
                             "benchmarks/compare_peer.py)")
     args = [x for x in a.compare_peer_args if x != "--"]
     result = rounds(os.path.abspath(a.before), os.path.abspath(a.after), a.rounds, args,
-                    a.work_dir)
+                    a.work_dir, a.after_set)
     for k, v in result["median_ratio"].items():
         print(f"median after/before, {k}: {v:.3f} over {a.rounds} rounds")
     print(f"cpu_flags: {cpu_flags()}")
-    print(result_line("ab_rounds", {"before": a.before, "after": a.after, **result}), flush=True)
+    print(result_line("ab_rounds", {"before": a.before, "after": a.after,
+                                    "after_set": a.after_set, **result}), flush=True)
     return result
 
 

@@ -49,19 +49,34 @@ def cpu_flags() -> str:
 # `--cpu NAME` of compare_peer, train_throughput and decode_throughput: the caps under which a
 # CPU with AVX-512 or AMX runs the kernels one with AVX2 only runs, in TensorFlow's and
 # PyTorch's oneDNN, in the MKL the peer's PyTorch calls, and in PyTorch's own vectorized
-# kernels (ATEN_CPU_CAPABILITY; TensorFlow's own kernels are built for AVX at most, so they
-# need no cap). Under the oneDNN cap this project's `train.mixed_precision=auto` resolves to
-# float32 (pgn_tf.training.hardware), as on such a CPU. What no cap emulates is the rest of
+# kernels (ATEN_CPU_CAPABILITY), and in the code XLA generates for a compiled step
+# (decode.jit_step; XLA_FLAGS, added to any flags already set). TensorFlow's own kernels are
+# built for AVX at most, so they need no cap. Under the oneDNN cap this project's
+# `train.mixed_precision=auto` resolves to float32 (pgn_tf.training.hardware), as on such a
+# CPU. What no cap emulates is the rest of
 # the chip (clock, caches, memory): the ratios it gives are checked against a real AVX2-only
 # CPU's in docs/records/2026-11-28-cpu-emulation-check.md.
 CPU_EMULATIONS = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-                           "ATEN_CPU_CAPABILITY": "avx2"}}
+                           "ATEN_CPU_CAPABILITY": "avx2",
+                           "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}}
 CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
+FLAG_LISTS = ("XLA_FLAGS",)  # caps that are one flag among others in their variable
 
 
 def active_caps() -> str:
     """The ISA caps set in this process's environment, as `NAME=VALUE` words ("" for none)."""
-    return " ".join(f"{k}={os.environ[k]}" for k in CAP_VARIABLES if os.environ.get(k))
+    words = [f"{k}={os.environ[k]}" for k in CAP_VARIABLES if os.environ.get(k)]
+    words += [f"{k}={flag}" for k in FLAG_LISTS for flag in os.environ.get(k, "").split()
+              if flag.startswith("--xla_cpu_max_isa=")]
+    return " ".join(words)
+
+
+def _with_cap(env: dict, key: str, value: str) -> dict:
+    """env with the cap key=value: set, or for a flag list added to the flags there."""
+    if key in FLAG_LISTS and env.get(key):
+        kept = [f for f in env[key].split() if f.split("=")[0] != value.split("=")[0]]
+        return {**env, key: " ".join([*kept, value])}
+    return {**env, key: value}
 
 
 def add_cpu_flag(parser) -> None:
@@ -77,11 +92,13 @@ def emulate_cpu(cpu: str, module: str, argv: list[str]) -> None:
     when set before TensorFlow or PyTorch first run a kernel, so the process starts anew."""
     if cpu == "native":
         return
-    caps = CPU_EMULATIONS[cpu]
-    if all(os.environ.get(k) == v for k, v in caps.items()):
+    env = dict(os.environ)
+    for k, v in CPU_EMULATIONS[cpu].items():
+        env = _with_cap(env, k, v)
+    if env == dict(os.environ):
         return
     sys.stdout.flush()
-    os.execvpe(sys.executable, [sys.executable, "-m", module, *argv], {**os.environ, **caps})
+    os.execvpe(sys.executable, [sys.executable, "-m", module, *argv], env)
 
 
 def refuse_emulated_bf16(cpu: str, precision: str, what: str) -> None:

@@ -219,6 +219,19 @@ class DecodeConfig:
     # line ends after each ".", "!" or "?" token, as rougeLsum and multi-sentence references
     # (the digests' synopses) split them. Off: one line, as before this field existed.
     sentence_lines: bool = False
+    # The model's decoding step (the pointer_generator's) compiled as one XLA cluster
+    # (tf.function(jit_compile=True)) inside the search's loop, which stays as it is: in-process
+    # decoding only (evaluate, summarize, validation ROUGE, the benchmarks); an export leaves it
+    # off, as TF Serving runs no XLA on the CPU by default. XLA compiles once a shape, so the
+    # source length is padded up to a multiple of JIT_SOURCE_MULTIPLE tokens (capped at
+    # data.max_enc_steps) and the beam search's batch shrinks to powers of two only: a few
+    # compilations of about a second each per process. Off: docs/performance.md says what it
+    # gains and costs where it was measured.
+    jit_step: bool = False
+
+
+# decode.jit_step: the source length a compiled step sees is padded up to a multiple of this.
+JIT_SOURCE_MULTIPLE = 64
 
 
 @dataclasses.dataclass
@@ -288,6 +301,10 @@ class Config:
                                   "mixed / rl reward; the other models are untested under it)",
                                   True))
         d = self.decode
+        if d.jit_step and m.model_type != "pointer_generator":
+            raise ValueError(_bad("decode.jit_step", "false unless model.model_type="
+                                  "'pointer_generator' (the other models' steps are untested "
+                                  "under XLA)", True))
         if d.min_dec_steps > d.max_dec_steps:
             raise ValueError(_bad("decode.min_dec_steps",
                                   f"<= decode.max_dec_steps ({d.max_dec_steps})", d.min_dec_steps))

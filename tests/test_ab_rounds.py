@@ -24,6 +24,19 @@ def test_rounds_alternate_abba_and_take_median_ratios(monkeypatch):
     assert got["median_ratio"] == {"training source tokens/s": 1.1, "decoding articles/s": 1.0}
 
 
+def test_after_set_reaches_the_after_side_only(monkeypatch):
+    seen = []
+
+    def run_once(checkout, args, work_dir):
+        seen.append((checkout, args))
+        return {"decoding articles/s": 10.0}
+
+    monkeypatch.setattr(ab_rounds, "run_once", run_once)
+    ab_rounds.rounds("same", "same", 2, ["--data_dir", "d"], "w", ["decode.jit_step=true"])
+    on = ["--data_dir", "d", "--set", "decode.jit_step=true"]
+    assert [a for _, a in seen] == [["--data_dir", "d"], on, on, ["--data_dir", "d"]]
+
+
 def test_figures_are_read_from_compare_peers_json_line():
     line = json.dumps({"benchmark": "compare_peer", "pgn_tf": {
         "training": {"src_tokens_per_sec": 5803.4}, "decoding": {"articles_per_sec": 27.88}}})

@@ -140,7 +140,8 @@ def test_a_model_dir_config_from_before_the_speed_fields_loads(tmp_path):
     and cache_tokens existed take their defaults: the same model and behaviour."""
     cfg = config.preset("tiny").to_dict()
     for section, key in (("model", "enc_hidden_dim"), ("train", "jit_compile"),
-                         ("data", "bucket_by_summary_length"), ("data", "cache_tokens")):
+                         ("data", "bucket_by_summary_length"), ("data", "cache_tokens"),
+                         ("decode", "jit_step")):
         del cfg[section][key]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert config.load_from_model_dir(str(tmp_path)) == config.preset("tiny")
@@ -214,13 +215,17 @@ def test_the_coverage_phase_continues_at_a_fifth_of_the_rate():
     (["train.jit_compile=true", "train.objective=mixed"], "'train.jit_compile': expected false "
      "unless train.objective='ml'"),
     (["train.jit_compile=true", "model.model_type=deep_reinforced"], "'train.jit_compile'"),
+    (["decode.jit_step=true", "model.model_type=abs"], "'decode.jit_step': expected false "
+     "unless model.model_type='pointer_generator'"),
+    (["decode.jit_step=true", "model.model_type=deep_reinforced"], "'decode.jit_step'"),
 ])
 def test_speed_fields_are_checked_against_the_model_and_objective(overrides, message):
     with pytest.raises(ValueError, match=message):
         config.resolve("tiny", overrides)
     cfg = config.resolve("tiny", ["train.jit_compile=true", "model.enc_hidden_dim=8",
-                                  "model.dropout=0.3"])
+                                  "model.dropout=0.3", "decode.jit_step=true"])
     assert cfg.train.jit_compile and cfg.model.enc_hidden_dim == 8 and cfg.model.dropout == 0.3
+    assert cfg.decode.jit_step
 
 
 def test_files_and_model_dirs_are_validated(tmp_path):

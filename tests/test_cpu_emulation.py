@@ -17,6 +17,7 @@ def test_emulation_restarts_the_process_with_the_caps(monkeypatch):
     monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
     for k in common.CAP_VARIABLES:
         monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/dev/null --xla_cpu_max_isa=AVX512")
     common.emulate_cpu("native", "benchmarks.x", ["--a"])
     assert calls == []
     common.emulate_cpu("avx2", "benchmarks.x", ["--a", "1"])
@@ -24,14 +25,17 @@ def test_emulation_restarts_the_process_with_the_caps(monkeypatch):
     assert argv == [sys.executable, "-m", "benchmarks.x", "--a", "1"]
     assert env["ONEDNN_MAX_CPU_ISA"] == "AVX2" and env["MKL_ENABLE_INSTRUCTIONS"] == "AVX2"
     assert env["ATEN_CPU_CAPABILITY"] == "avx2"  # PyTorch's own kernels (the peer's)
+    # XLA's generated code (decode.jit_step), the other XLA flags kept
+    assert env["XLA_FLAGS"] == "--xla_dump_to=/dev/null --xla_cpu_max_isa=AVX2"
     # once restarted under the caps, it runs (no second restart) and names them
-    for k, v in common.CPU_EMULATIONS["avx2"].items():
-        monkeypatch.setenv(k, v)
+    for k, v in env.items():
+        if k in common.CPU_EMULATIONS["avx2"]:
+            monkeypatch.setenv(k, v)
     common.emulate_cpu("avx2", "benchmarks.x", ["--a", "1"])
     assert len(calls) == 1
     assert common.cpu_flags().endswith(
         "(emulating ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 "
-        "ATEN_CPU_CAPABILITY=avx2)")
+        "ATEN_CPU_CAPABILITY=avx2 XLA_FLAGS=--xla_cpu_max_isa=AVX2)")
 
 
 def test_explicit_bf16_is_refused_under_the_emulation():
@@ -54,5 +58,5 @@ def test_train_throughput_under_avx2_trains_auto_in_float32():
     line = json.loads([x for x in proc.stdout.splitlines() if x.startswith("{")][-1])
     assert line["precision"] == "float32"
     assert line["isa_caps"] == ("ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 "
-                                "ATEN_CPU_CAPABILITY=avx2")
+                                "ATEN_CPU_CAPABILITY=avx2 XLA_FLAGS=--xla_cpu_max_isa=AVX2")
     assert "(emulating ONEDNN_MAX_CPU_ISA=AVX2" in line["cpu_flags"]

@@ -83,9 +83,18 @@ def test_decode_overrides_are_baked_into_the_export(trained_model_dir, tmp_path)
     with pytest.raises(UserError, match="only changes decode"):
         export.export(trained_model_dir, str(tmp_path), "m", version=1, overrides=["model.x=1"])
     path = export.export(trained_model_dir, str(tmp_path), "m", version=2, check=False,
-                         overrides=["decode.max_dec_steps=2", "decode.min_dec_steps=0"])
+                         overrides=["decode.max_dec_steps=2", "decode.min_dec_steps=0",
+                                    "decode.jit_step=true"])
     with open(os.path.join(path, "assets.extra", "config.json")) as f:
-        assert json.load(f)["decode"]["max_dec_steps"] == 2
+        decode = json.load(f)["decode"]
+    assert decode["max_dec_steps"] == 2
+    assert decode["jit_step"] is False  # in-process only: TF Serving runs no XLA on the CPU
+    sm = saved_model_pb2.SavedModel.FromString(open(os.path.join(path, "saved_model.pb"),
+                                                    "rb").read())
+    functions = sm.meta_graphs[0].graph_def.library.function
+    nodes = [n for f in functions for n in f.node_def]
+    assert not [f.signature.name for f in functions if f.attr["_XlaMustCompile"].b]
+    assert not [n.name for n in nodes if n.attr["_XlaMustCompile"].b]
     loaded = tf.saved_model.load(path)
     assert sc.from_saved_model(loaded).max_decode_steps == 2  # the contract says what is baked in
     out = loaded.signatures["summarize_verbose"](articles=tf.constant([ARTICLE]))

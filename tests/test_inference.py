@@ -15,7 +15,7 @@ from pgn_tf.decoding.beam_search import beam_search
 from pgn_tf.decoding.constraints import Constraints
 from pgn_tf.decoding.search import DecodeRequest
 from pgn_tf.inference import evaluator
-from pgn_tf.inference.summarizer import Summarizer
+from pgn_tf.inference.summarizer import Summarizer, pad_length
 from pgn_tf.metrics import scoring
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.models import build_model
@@ -192,6 +192,40 @@ def test_replace_unk_puts_the_most_attended_source_word(trained_model_dir, valid
     s.cfg.decode.replace_unk = False
     off = s.summarize(arts)
     np.testing.assert_array_equal(off["tokens"].numpy(), out["raw_tokens"])
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+def test_the_jit_step_decodes_what_the_plain_step_does(summarizer, validation, method):
+    """decode.jit_step (the step one XLA cluster, the source padded, the beam search's batch
+    shrinking to powers of two) through the compiled call evaluate runs: the same summaries
+    as the plain step, with articles of different lengths finishing at different steps."""
+    cfg = copy.deepcopy(summarizer.cfg)
+    cfg.decode.jit_step = True
+    jit = Summarizer(summarizer.model, summarizer.vocab, cfg.validate())
+    arts = tf.constant([e.article for e in validation[:7]] + ["", "a short one ."])
+    request = DecodeRequest(3, 12, 2, method=method, tokens=True)
+    want = summarizer.compiled(arts, request)
+    got = jit.compiled(arts, request)
+    assert len(set(want["length"].numpy().tolist())) >= 3
+    for k in ("tokens", "raw_tokens", "length", "summaries"):
+        np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
+    np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), rtol=1e-5)
+    # compiled where the shapes allow: the beam search's Mixture step; greedy search reads
+    # the pointer's dense distribution, whose width varies by batch, so its step stays plain
+    compiled = jit.__dict__.get("_jit_steps", {})
+    assert list(compiled) == ([True] if method == "beam" else [])
+    assert all(f.experimental_get_tracing_count() >= 1 for f in compiled.values())
+
+
+def test_pad_length_rounds_the_source_up_within_the_cap():
+    def padded(length, cap):
+        out = pad_length(tf.fill([2, length], "w"), 64, cap).numpy()
+        assert (out[:, :length] == b"w").all() and (out[:, length:] == b"").all()
+        return out.shape[1]
+
+    assert [padded(n, 400) for n in (1, 60, 64, 65, 130, 390, 400)] == [64, 64, 64, 128, 192,
+                                                                         400, 400]
+    assert [padded(n, 60) for n in (1, 60)] == [60, 60]
 
 
 def test_sorted_batches_come_back_in_input_order(summarizer, validation):

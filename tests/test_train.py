@@ -384,3 +384,23 @@ def test_export_on_best_writes_the_next_version(tmp_path, corpus):
     best = json.loads((tmp_path / "run" / "best" / "best.json").read_text())
     assert best["step"] == 10 and (base / "8" / "saved_model.pb").exists()
     assert sorted(os.listdir(base)) == ["7", "8"]  # nothing half-written left beside them
+
+
+@pytest.mark.parametrize("setting", ["train.jit_compile=true", "decode.jit_step=true"])
+def test_one_replica_xla_settings_are_refused_on_more_replicas(setting, tmp_path):
+    """XLA cannot read a mirrored variable from another replica's device: the compiled
+    training step and the compiled decoding step (the validation ROUGE's) are refused before
+    anything is built."""
+    from pgn_tf import config, vocab
+    from pgn_tf.model_dir import ModelDir
+    from pgn_tf.training.trainer import Trainer
+    from pgn_tf.utils.errors import UserError
+
+    class TwoReplicas:  # what the constructor reads of a strategy before it refuses
+        num_replicas_in_sync = 2
+        cluster_resolver = None
+
+    cfg = config.resolve("tiny", [setting])
+    voc = vocab.Vocab(["w"])
+    with pytest.raises(UserError, match=f"{setting.split('=')[0]} compiles a one-replica"):
+        Trainer(cfg, ModelDir(str(tmp_path)), voc, [], None, TwoReplicas())

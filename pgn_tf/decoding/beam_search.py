@@ -48,7 +48,9 @@ Speed: step 0 runs on one row an article (the K beams start as copies of one sta
 batch: when the live articles fall to `compact_below` of the rows being decoded, every
 per-article and per-hypothesis tensor is gathered down to them (the loop's batch dimension is
 dynamic); a finished article's result is written into [B, ...] output buffers at its original
-index the step it finishes.
+index the step it finishes. With `row_buckets` the batch shrinks to powers of two only (the live
+articles, then finished ones as padding, whose results are already written), so that a step
+compiled once per shape (decode.jit_step) sees a few batch sizes, not one per finished article.
 
 Structure (OpenNMT-tf's DecodingStrategy): `BeamSearch` holds the rules, `BeamState` the loop
 state (each field with its dtype and shape), `strategy.dynamic_decode` the tf.while_loop (which
@@ -120,6 +122,8 @@ class BeamSearch(DecodingStrategy):
       recombine_window: C > 0 merges hypotheses with the same last C ids (0 = off).
       compact_below: finished articles leave the batch once the live ones are at most this
         share of the rows decoded (1.0: at every step where one finishes; 0: never).
+      row_buckets: the batch shrinks only to powers of two of articles: the live ones and, as
+        padding, finished ones, which run on but never write again (`step`).
 
     The result (`finalize`, and so `beam_search`), a dict:
       ids int32 [B, T] best hypothesis (padded with 0 after its end, [STOP] excluded),
@@ -144,6 +148,7 @@ class BeamSearch(DecodingStrategy):
         coverage_penalty: float = 0.0,
         recombine_window: int = 0,
         compact_below: float = 1.0,
+        row_buckets: bool = False,
     ):
         self.step_fn = step_fn
         self.batch_size, self.beam_size, self.max_steps = batch_size, beam_size, max_steps
@@ -155,6 +160,7 @@ class BeamSearch(DecodingStrategy):
         self.beta = float(coverage_penalty or 0.0)
         self.recombine_window = int(recombine_window or 0)
         self.compact_below = compact_below
+        self.row_buckets = row_buckets
         if ("attn" in self.extras or self.beta > 0) and src_len is None:
             raise ValueError("beam_search: src_len is needed for the attention extras and the "
                              "coverage penalty")
@@ -241,6 +247,12 @@ class BeamSearch(DecodingStrategy):
             return new
         b = tf.shape(new.orig)[0]
         n_live = tf.reduce_sum(tf.cast(~new.done, tf.int32))
+        if self.row_buckets:
+            # the live articles first (in order), then finished ones up to a power of two
+            size = next_power_of_two(n_live)
+            shrink = (n_live > 0) & (size < b)
+            return tf.cond(shrink, lambda: self._compact(
+                new, tf.argsort(tf.cast(new.done, tf.int32), stable=True)[:size]), lambda: new)
         shrink = ((n_live > 0) & (n_live < b)
                   & (tf.cast(n_live, tf.float32) <= self.compact_below * tf.cast(b, tf.float32)))
         return tf.cond(shrink, lambda: self._compact(new, tf.where(~new.done)[:, 0]),
@@ -429,6 +441,15 @@ class BeamSearch(DecodingStrategy):
         return per_article._replace(ids=hyp(state.ids),
                                     model_state=map_state(state.model_state, hyp, hyp),
                                     out=state.out)
+
+
+def next_power_of_two(n: tf.Tensor) -> tf.Tensor:
+    """The smallest power of two >= n, int32 (1 for n <= 1): n - 1 with every bit below its
+    highest set, plus one."""
+    v = tf.maximum(tf.cast(n, tf.int32), 1) - 1
+    for shift in (1, 2, 4, 8, 16):
+        v = tf.bitwise.bitwise_or(v, tf.bitwise.right_shift(v, shift))
+    return v + 1
 
 
 def beam_search(step_fn, initial_state, **kwargs):

@@ -83,6 +83,7 @@ class Search:
     recombine_window: int  # Rush et al.'s recombination on the last N ids (0: off)
     extras: tuple[str, ...]  # the per-step extras the search returns (attn, p_gen, src_pos)
     replace_unk: bool  # an output [UNK] becomes the most attended source word
+    row_buckets: bool = False  # the beam search's batch shrinks to powers of two only
 
     @classmethod
     def from_params(cls, cfg, request: DecodeRequest | None = None,
@@ -129,7 +130,8 @@ class Search:
             constraints=Constraints(vocab_lib.STOP_ID, min_steps=min_steps, unk_id=unk,
                                     block_trigrams=dc.block_trigrams, repeat_exempt=exempt),
             length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty,
-            recombine_window=recombine, extras=tuple(sorted(extras)), replace_unk=replace_unk)
+            recombine_window=recombine, extras=tuple(sorted(extras)), replace_unk=replace_unk,
+            row_buckets=dc.jit_step)
 
     @property
     def hypotheses(self):
@@ -167,4 +169,5 @@ class Search:
             step_fn, state, batch_size=batch_size, beam_size=self.beam_size,
             max_steps=self.max_steps, start_id=vocab_lib.START_ID, constraints=self.constraints,
             length_penalty=self.length_penalty, return_extras=self.extras, src_len=src_len,
-            coverage_penalty=self.coverage_penalty, recombine_window=self.recombine_window)
+            coverage_penalty=self.coverage_penalty, recombine_window=self.recombine_window,
+            row_buckets=self.row_buckets)

@@ -76,6 +76,14 @@ class CompiledCalls:
                    for (request, _), fn in self.fns.items() if not request.attention)
 
 
+def pad_length(tokens: tf.Tensor, multiple: int, cap: int) -> tf.Tensor:
+    """string [B, L] ("" pad) -> [B, L'] with L' = L rounded up to a multiple of `multiple`,
+    at most max(L, cap): the extra columns are padding ("")."""
+    n = tf.shape(tokens)[1]
+    to = tf.maximum(tf.minimum((n + multiple - 1) // multiple * multiple, cap), n)
+    return tf.pad(tokens, [[0, 0], [0, to - n]], constant_values="")
+
+
 def _pick(out: dict, keys) -> dict:
     return {k: out[k] for k in keys if k in out}
 
@@ -121,6 +129,7 @@ class Summarizer(SummarizerAPI, tf.Module):
     def recompile(self) -> None:
         """Forgets the traced calls (after a change of cfg.decode, say)."""
         self.__dict__.pop("_compiled_calls", None)
+        self.__dict__.pop("_jit_steps", None)
 
     def _run_batch(self, articles: list[str], request: DecodeRequest) -> dict:
         n = len(articles)
@@ -141,6 +150,8 @@ class Summarizer(SummarizerAPI, tf.Module):
         tokens = text.tokenize(articles, d.lowercase, d.replace_digits,
                                max_chars=d.max_enc_steps * 20)
         tokens = tokens[:, : d.max_enc_steps].to_tensor(default_value="")  # [B, L]
+        if self.cfg.decode.jit_step:  # a few source lengths, each compiled once
+            tokens = pad_length(tokens, config_lib.JIT_SOURCE_MULTIPLE, d.max_enc_steps)
         feats = dataset.encode_articles(tokens, self.vocab)
         feats["enc_tokens"] = tokens
         return feats
@@ -160,14 +171,33 @@ class Summarizer(SummarizerAPI, tf.Module):
         if mixture:
             enc["copy_slot"], enc["copy_first"] = copy_slots(enc["ext_ids"], enc["mask"])
         state = {"dec": tile_beams(state, k), ARTICLE: tile_beams(enc, k)}
-        kw = {"mixture": True} if mixture else {}
+        decode_step = self._decode_step(mixture)
 
         def step_fn(ids, step, st):
-            log_probs, dec, extras = self.model.decode_step(ids, step, st["dec"], st[ARTICLE],
-                                                            **kw)
+            log_probs, dec, extras = decode_step(ids, step, st["dec"], st[ARTICLE])
             return log_probs, {"dec": dec, ARTICLE: st[ARTICLE]}, extras
 
         return state, step_fn
+
+    def _decode_step(self, mixture: bool) -> Callable:
+        """The model's decode_step(ids, step, dec, enc), compiled as one XLA cluster under
+        decode.jit_step where its outputs' shapes follow its inputs' (the beam search's
+        Mixture, a model without a pointer). A pointer model's dense distribution (greedy
+        search, the ABS+ features) is V + the batch's OOV count wide, one compilation per
+        count: that step stays plain. One tf.function a Summarizer, so that the compilations
+        are kept across batches and traces."""
+        kw = {"mixture": True} if mixture else {}
+
+        def step(ids, t, dec, enc):
+            return self.model.decode_step(ids, t, dec, enc, **kw)
+
+        if not self.cfg.decode.jit_step or (
+                getattr(self.model, "pointer_gen", False) and not mixture):
+            return step
+        steps = self.__dict__.setdefault("_jit_steps", {})  # not a tracked attribute
+        if mixture not in steps:
+            steps[mixture] = tf.function(step, jit_compile=True)
+        return steps[mixture]
 
     def summarize(self, articles, request: DecodeRequest | None = None) -> dict:
         """articles: string [B]. Returns summaries string [B] (detokenized), tokens string

@@ -193,6 +193,9 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
     dir's tuned ABS+ weights, abs_plus.json, unless decode.abs_plus_weights is among them);
     `options_max_*` cap summarize_options' scalar inputs (option_limits)."""
     summarizer = Summarizer.from_model_dir(model_dir, which, overrides or [], "export")
+    # TF Serving runs no XLA on the CPU unless told to: the served step stays plain, and the
+    # config written beside the graph says so.
+    summarizer.cfg.decode.jit_step = False
     limits = option_limits(summarizer.cfg, options_max_beam_size, options_max_decode_steps)
     version = int(version if version is not None else time.time())
     if version <= 0:

@@ -62,6 +62,10 @@ class Trainer:
             # XLA cannot read a mirrored variable from another replica's device.
             raise UserError(f"train.jit_compile compiles a one-replica step; this strategy has "
                             f"{n} replicas (train on one device, or leave jit_compile off)")
+        if cfg.decode.jit_step and n > 1:  # the validation ROUGE decodes with the model
+            raise UserError(f"decode.jit_step compiles a one-replica decoding step; this "
+                            f"strategy has {n} replicas (leave it off for training, set it "
+                            "when decoding: --set decode.jit_step=true)")
         self.precision = hardware.mixed_precision_policy(tcfg.mixed_precision)  # the Keras policy
         self.loss_scaling = hardware.needs_loss_scaling(self.precision)
         with strategy.scope():

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.decoding import greedy, sampling
-from pgn_tf.decoding.beam_search import beam_search
+from pgn_tf.decoding.beam_search import beam_search, next_power_of_two
 from pgn_tf.decoding.beam_state import ARTICLE, tile_beams
 from pgn_tf.decoding.candidates import top_candidates
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
@@ -246,11 +246,13 @@ def test_gnmt_length_penalty_matches_the_reference():
     assert (res["length"] != plain["length"]).any()
 
 
-@pytest.mark.parametrize("graph,compact_below", [(False, 0.0), (False, 0.5), (False, 1.0),
-                                                 (True, 0.0), (True, 1.0)])
-def test_an_article_result_does_not_depend_on_its_batch_mates(graph, compact_below):
+@pytest.mark.parametrize("graph,compact_below,row_buckets", [
+    (False, 0.0, False), (False, 0.5, False), (False, 1.0, False), (True, 0.0, False),
+    (True, 1.0, False), (False, 1.0, True), (True, 1.0, True)])
+def test_an_article_result_does_not_depend_on_its_batch_mates(graph, compact_below, row_buckets):
     tables = make_articles(3, 6, 10, stop_bias=[3, -3, 0, 2, -1, 1])
-    search = searcher(tables, 3, 10, graph=graph, compact_below=compact_below)
+    search = searcher(tables, 3, 10, graph=graph, compact_below=compact_below,
+                      row_buckets=row_buckets)
     alone = search([2])
     for mates in ([2, 0], [1, 2, 5], [0, 1, 3, 4, 2], [2, 2, 4]):
         res = search(mates)
@@ -362,6 +364,37 @@ def test_recombination_matches_the_reference():
                                     recombine_window=2)
     assert res["ids"].numpy()[0].tolist() == tokens
     np.testing.assert_allclose(res["score"].numpy()[0], score, rtol=1e-6)
+
+
+def test_next_power_of_two():
+    n = [0, 1, 2, 3, 4, 5, 7, 8, 9, 63, 64, 65, 1000, 2**20 + 1]
+    want = [1, 1, 2, 4, 4, 8, 8, 8, 16, 64, 64, 128, 1024, 2**21]
+    assert next_power_of_two(tf.constant(n)).numpy().tolist() == want
+
+
+def test_row_buckets_shrink_the_batch_to_powers_of_two_with_the_same_results():
+    """decode.jit_step's compaction: the step sees powers of two of articles (times K) only,
+    finished articles padding the batch up to one, and every article's result is the one the
+    exact compaction gives."""
+    tables = make_articles(9, 7, 10, stop_bias=[3, -3, 0, 2, -1, 1, -2])
+    articles, beam = list(range(7)), 3
+    exact = batched(tables, articles, beam, 10)
+    inner, rows = article_step_fn(tables), []
+
+    def step_fn(ids, step, state):  # eager: the loop runs in Python and shapes are concrete
+        rows.append(int(ids.shape[0]))
+        return inner(ids, step, state)
+
+    res = beam_search(step_fn, article_state(articles, beam),
+                      **search_kw(len(articles), 10, beam, src_len=L, row_buckets=True))
+    assert len(set(exact["length"].tolist())) >= 3  # articles finish at different steps
+    for k in ("ids", "length", "score"):
+        np.testing.assert_array_equal(res[k].numpy(), exact[k])
+    assert rows[0] == 7  # the first step: one row an article
+    sizes = [r // beam for r in rows[1:]]
+    assert all(r % beam == 0 for r in rows[1:]) and sizes[0] == 7
+    assert all(n & (n - 1) == 0 for n in sizes[1:]) and min(sizes) < 7  # it did shrink
+    assert sizes == sorted(sizes, reverse=True)
 
 
 def test_extras_and_src_pos_follow_the_best_hypothesis_after_compaction():
