@@ -209,7 +209,9 @@ def test_the_jit_step_decodes_what_the_plain_step_does(summarizer, validation, m
     assert len(set(want["length"].numpy().tolist())) >= 3
     for k in ("tokens", "raw_tokens", "length", "summaries"):
         np.testing.assert_array_equal(got[k].numpy(), want[k].numpy())
-    np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), rtol=1e-5)
+    # XLA may sum in another order: float32 round-off only
+    np.testing.assert_allclose(got["scores"].numpy(), want["scores"].numpy(), rtol=1e-5,
+                               atol=1e-6)
     # compiled where the shapes allow: the beam search's Mixture step; greedy search reads
     # the pointer's dense distribution, whose width varies by batch, so its step stays plain
     compiled = jit.__dict__.get("_jit_steps", {})
