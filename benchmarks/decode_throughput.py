@@ -2,11 +2,15 @@
 
     python -m benchmarks.decode_throughput --model_dir runs/quickstart/model \
         [--data validation.jsonl.gz] [--articles 256] [--beams 1 4] [--batches 1 32] \
-        [--sort_by_length] [--set decode.KEY=VALUE ...] [--profile DIR]
+        [--sort_by_length] [--set decode.KEY=VALUE ...] [--passes 1] [--profile DIR]
 
 Each (beam, batch) cell decodes the same articles after one warm-up batch and prints
 articles/s (wall clock) and the process's CPU milliseconds per article (less sensitive to other
 work on a shared machine), with the CPU's vector flags; a JSON line per cell follows.
+--passes N times N passes over the articles, each its own line: the first pays for every
+shape the warm-up batch did not trace or compile (decode.jit_step compiles a step per source
+length and batch size), the later ones show the steady state a server or a long evaluation
+reaches.
 --sort_by_length decodes batches of similar article length, as evaluate does. `--profile DIR`
 traces the in-process search over the same articles once more, after the timed pass of each
 cell, with tf.profiler (TensorBoard's profile tab) and prints the ops that took the most time.
@@ -28,9 +32,11 @@ from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.saved_model import export
 
 
-def time_fn(fn, articles: list[str], batch: int) -> tuple[float, float, float]:
+def time_fn(fn, articles: list[str], batch: int, warm_up: bool = True
+            ) -> tuple[float, float, float]:
     """(articles/s, mean summary characters, CPU ms per article)."""
-    fn(articles[:batch])  # warm-up (tracing)
+    if warm_up:
+        fn(articles[:batch])  # tracing
     n = (len(articles) // batch) * batch
     t0, c0 = time.perf_counter(), time.process_time()
     lengths = []
@@ -55,8 +61,12 @@ def main() -> None:
                    help="batches of similar article length (as evaluate decodes)")
     p.add_argument("--set", action="append", default=[], metavar="decode.KEY=VALUE")
     add_cpu_flag(p)
+    p.add_argument("--passes", type=int, default=1,
+                   help="timed passes over the articles, each reported (the first compiles)")
     p.add_argument("--profile", metavar="DIR", help="tf.profiler trace of one more pass")
     a = p.parse_args()
+    if a.passes < 1:
+        p.error("--passes must be at least 1")
     emulate_cpu(a.cpu, "benchmarks.decode_throughput", sys.argv[1:])
     articles = articles_from(a.data, a.articles)[: a.articles]
     if a.sort_by_length:
@@ -81,11 +91,16 @@ def main() -> None:
             return fn(tf.constant(x))
 
         for batch in a.batches:
-            rate, chars, cpu_ms = time_fn(run, articles, batch)
-            result = {"beam": beam, "batch": batch, "articles_per_sec": round(rate, 2),
-                      "cpu_ms_per_article": round(cpu_ms, 2),
-                      "mean_summary_chars": round(chars, 1), "max_dec_steps": max_steps,
-                      "articles": len(articles), "cpu_flags": flags}
+            for i in range(a.passes):
+                rate, chars, cpu_ms = time_fn(run, articles, batch, warm_up=i == 0)
+                result = {"beam": beam, "batch": batch, "articles_per_sec": round(rate, 2),
+                          "cpu_ms_per_article": round(cpu_ms, 2),
+                          "mean_summary_chars": round(chars, 1), "max_dec_steps": max_steps,
+                          "articles": len(articles), "cpu_flags": flags}
+                if a.passes > 1:
+                    result["pass"] = i + 1
+                if i + 1 < a.passes:
+                    emit("decode_in_process", result)
             if a.profile:
                 logdir = os.path.join(a.profile, f"beam{beam}_batch{batch}")
                 tf.profiler.experimental.start(logdir)
