@@ -48,9 +48,9 @@ Speed: step 0 runs on one row an article (the K beams start as copies of one sta
 batch: when the live articles fall to `compact_below` of the rows being decoded, every
 per-article and per-hypothesis tensor is gathered down to them (the loop's batch dimension is
 dynamic); a finished article's result is written into [B, ...] output buffers at its original
-index the step it finishes. With `row_buckets` the batch shrinks to powers of two only (the live
-articles, then finished ones as padding, whose results are already written), so that a step
-compiled once per shape (decode.jit_step) sees a few batch sizes, not one per finished article.
+index the step it finishes. Which articles stay, and the gather that keeps them, are
+`pgn_tf.decoding.compaction`'s (with `row_buckets`, powers of two of articles only, for
+decode.jit_step).
 
 Structure (OpenNMT-tf's DecodingStrategy): `BeamSearch` holds the rules, `BeamState` the loop
 state (each field with its dtype and shape), `strategy.dynamic_decode` the tf.while_loop (which
@@ -65,6 +65,7 @@ import tensorflow as tf
 
 from pgn_tf.decoding.beam_state import map_state, reorder_state, wanted_extras, with_article
 from pgn_tf.decoding.candidates import top_candidates
+from pgn_tf.decoding.compaction import batch_after, compact, kept_articles
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
 from pgn_tf.decoding.mixture import mixture_candidates
 from pgn_tf.decoding.ranking import gnmt_coverage_penalty, length_norm, recombined
@@ -245,18 +246,9 @@ class BeamSearch(DecodingStrategy):
         new = self._advance(step, state, self.beam_size)
         if self.compact_below <= 0:
             return new
-        b = tf.shape(new.orig)[0]
-        n_live = tf.reduce_sum(tf.cast(~new.done, tf.int32))
-        if self.row_buckets:
-            # the live articles first (in order), then finished ones up to a power of two
-            size = next_power_of_two(n_live)
-            shrink = (n_live > 0) & (size < b)
-            return tf.cond(shrink, lambda: self._compact(
-                new, tf.argsort(tf.cast(new.done, tf.int32), stable=True)[:size]), lambda: new)
-        shrink = ((n_live > 0) & (n_live < b)
-                  & (tf.cast(n_live, tf.float32) <= self.compact_below * tf.cast(b, tf.float32)))
-        return tf.cond(shrink, lambda: self._compact(new, tf.where(~new.done)[:, 0]),
-                       lambda: new)
+        shrink, size = batch_after(new.done, self.compact_below, self.row_buckets)
+        return tf.cond(shrink, lambda: compact(new, kept_articles(new.done, size),
+                                               self.beam_size), lambda: new)
 
     def finalize(self, state: BeamState) -> dict:
         """The results each article wrote the step it finished (`beam_search`'s Returns)."""
@@ -424,32 +416,6 @@ class BeamSearch(DecodingStrategy):
         out = {k: tf.tensor_scatter_nd_update(v, target, tf.gather_nd(result[k], rows))
                for k, v in state.out.items()}
         return state._replace(done=state.done | write, out=out)
-
-    def _compact(self, state: BeamState, keep: tf.Tensor) -> BeamState:
-        """Keeps the articles `keep` (int [m]) of every per-article and per-hypothesis tensor."""
-        K = self.beam_size
-        rows = tf.reshape(tf.cast(keep, tf.int32)[:, None] * K + tf.range(K), [-1])
-
-        def article(t):
-            return tf.gather(t, keep)
-
-        def hyp(t):
-            return tf.gather(t, rows)
-
-        per_article = tf.nest.map_structure(article,
-                                            state._replace(ids=(), model_state=(), out=()))
-        return per_article._replace(ids=hyp(state.ids),
-                                    model_state=map_state(state.model_state, hyp, hyp),
-                                    out=state.out)
-
-
-def next_power_of_two(n: tf.Tensor) -> tf.Tensor:
-    """The smallest power of two >= n, int32 (1 for n <= 1): n - 1 with every bit below its
-    highest set, plus one."""
-    v = tf.maximum(tf.cast(n, tf.int32), 1) - 1
-    for shift in (1, 2, 4, 8, 16):
-        v = tf.bitwise.bitwise_or(v, tf.bitwise.right_shift(v, shift))
-    return v + 1
 
 
 def beam_search(step_fn, initial_state, **kwargs):

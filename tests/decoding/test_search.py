@@ -7,9 +7,10 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.decoding import greedy, sampling
-from pgn_tf.decoding.beam_search import beam_search, next_power_of_two
+from pgn_tf.decoding.beam_search import beam_search
 from pgn_tf.decoding.beam_state import ARTICLE, tile_beams
 from pgn_tf.decoding.candidates import top_candidates
+from pgn_tf.decoding.compaction import next_power_of_two
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
 from pgn_tf.decoding.mixture import mixture_candidates
 from pgn_tf.decoding.ranking import gnmt_coverage_penalty
