@@ -213,7 +213,8 @@ class BeamSearch(DecodingStrategy):
             return t.shape
 
         rows = tf.nest.map_structure(dynamic, state._replace(model_state=(), out=()))
-        return rows._replace(model_state=map_state(state.model_state, dynamic, dynamic, fixed),
+        return rows._replace(model_state=map_state(state.model_state, dynamic, dynamic, fixed,
+                                                         dynamic),
                              out=tf.nest.map_structure(fixed, state.out))
 
     def first_step(self, step, state: BeamState) -> BeamState:

@@ -10,6 +10,10 @@ import tensorflow as tf
 
 SHARED = "shared"  # a dict key whose tensors are the same for every hypothesis: never tiled
 ARTICLE = "per_article"  # a dict key whose tensors are the same for an article's K beams
+# A dict key whose tensors an article holds once, [b, ...], not tiled to its K beams: the step
+# broadcasts them over the beams itself (the pointer-generator's encoder outputs, the largest
+# tensors of a search); compaction gathers them by article, reordering leaves them alone.
+ONCE = "once"
 
 
 # the per-step extras a search may carry with its hypotheses (return_extras)
@@ -27,22 +31,26 @@ def wanted_extras(return_extras) -> tuple[str, ...]:
     return tuple(return_extras)
 
 
-def map_state(state, on_hyp, on_article, on_other=None):
+def map_state(state, on_hyp, on_article, on_other=None, on_once=None):
     """Applies on_hyp to every per-hypothesis tensor of a nest, on_article to those under an
-    ARTICLE key and on_other (default: identity) to SHARED tensors and scalars."""
+    ARTICLE key, on_once to those under a ONCE key and on_other (default: identity) to SHARED
+    tensors and scalars; on_once defaults to on_other."""
     on_other = on_other or (lambda t: t)
+    on_once = on_once or on_other
 
-    def walk(x, in_article, shared):
+    def walk(x, in_article, shared, once):
         if isinstance(x, dict):
-            return {k: walk(v, in_article or k == ARTICLE, shared or k == SHARED)
-                    for k, v in x.items()}
+            return {k: walk(v, in_article or k == ARTICLE, shared or k == SHARED,
+                            once or k == ONCE) for k, v in x.items()}
         if isinstance(x, (list, tuple)):
-            return type(x)(walk(v, in_article, shared) for v in x)
+            return type(x)(walk(v, in_article, shared, once) for v in x)
         if shared or x.shape.rank == 0:
             return on_other(x)
+        if once:
+            return on_once(x)
         return on_article(x) if in_article else on_hyp(x)
 
-    return walk(state, False, False)
+    return walk(state, False, False, False)
 
 
 def reorder_state(state, flat_indices: tf.Tensor):
@@ -53,7 +61,7 @@ def reorder_state(state, flat_indices: tf.Tensor):
 
 def tile_beams(nest, beam_size):
     """[B, ...] -> [B*K, ...] for every tensor of rank >= 1 (each row repeated K times), except
-    under a dict key "shared" (per-batch tensors such as a tied output matrix)."""
+    under a dict key "shared" (per-batch tensors such as a tied output matrix) or "once"."""
 
     def tile(t):
         return tf.repeat(t, beam_size, axis=0)

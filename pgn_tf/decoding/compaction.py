@@ -51,5 +51,6 @@ def compact(state, keep: tf.Tensor, beam_size: int):
     per_article = tf.nest.map_structure(lambda t: tf.gather(t, keep),
                                         state._replace(ids=(), model_state=(), out=()))
     return per_article._replace(ids=hyp(state.ids),
-                                model_state=map_state(state.model_state, hyp, hyp),
+                                model_state=map_state(state.model_state, hyp, hyp,
+                                                      on_once=lambda t: tf.gather(t, keep)),
                                 out=state.out)

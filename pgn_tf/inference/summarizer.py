@@ -18,7 +18,7 @@ from pgn_tf import config as config_lib
 from pgn_tf import text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
-from pgn_tf.decoding.beam_state import ARTICLE, tile_beams
+from pgn_tf.decoding.beam_state import ARTICLE, ONCE, tile_beams
 from pgn_tf.decoding.search import DecodeRequest, Search
 from pgn_tf.inference.api import SummarizerAPI
 from pgn_tf.inference.batching import Buckets
@@ -159,8 +159,9 @@ class Summarizer(SummarizerAPI, tf.Module):
     def search_inputs(self, feats: dict, k, mixture: bool = False) -> tuple:
         """(initial state, step_fn) of the search interface for encoded articles `feats`
         (encode_text) with k hypotheses each. The state is {"dec": the decoder's state,
-        ARTICLE: the encoder's outputs}, both tiled to [B*k, ...]: the encoder outputs travel
-        in the state so that the beam search can drop finished articles from the batch.
+        ARTICLE: the encoder's outputs}, both tiled to [B*k, ...], and ONCE: the encoder's
+        outputs the model names in `held_once`, once an article ([B, ...]): the encoder outputs
+        travel in the state so that the beam search can drop finished articles from the batch.
         mixture: a pointer model's step returns its distribution in parts (layers.pointer.Mixture,
         for the beam search alone), the source's copy slots computed here once an article."""
         enc, state = self.model.encode(
@@ -170,12 +171,17 @@ class Summarizer(SummarizerAPI, tf.Module):
         mixture = mixture and getattr(self.model, "pointer_gen", False)
         if mixture:
             enc["copy_slot"], enc["copy_first"] = copy_slots(enc["ext_ids"], enc["mask"])
+        # The model's largest per-article tensors held once an article, not tiled (ONCE)
+        once = {key: enc.pop(key) for key in getattr(self.model, "held_once", ())}
         state = {"dec": tile_beams(state, k), ARTICLE: tile_beams(enc, k)}
+        if once:
+            state[ONCE] = once
         decode_step = self._decode_step(mixture)
 
         def step_fn(ids, step, st):
-            log_probs, dec, extras = decode_step(ids, step, st["dec"], st[ARTICLE])
-            return log_probs, {"dec": dec, ARTICLE: st[ARTICLE]}, extras
+            enc = {**st[ARTICLE], ONCE: st[ONCE]} if once else st[ARTICLE]
+            log_probs, dec, extras = decode_step(ids, step, st["dec"], enc)
+            return log_probs, {**st, "dec": dec}, extras
 
         return state, step_fn
 

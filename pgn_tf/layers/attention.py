@@ -63,7 +63,7 @@ class BahdanauAttention(keras.layers.Layer):
     def precompute(self, enc_outputs):
         return self.w_h(enc_outputs)
 
-    def alignment(self, enc_features, enc_mask, query, coverage=None):
+    def alignment(self, enc_features, enc_mask, query, coverage=None, beams: bool = False):
         """a^t alone (eq. 11 and 2), float [B, L]: what a loop over steps needs when the
         context (eq. 3) is formed after it. expand_dims, not [:, None]: a strided slice's
         gradient costs a kernel of its own every step. v^T tanh(.) and c_i w_c are plain
@@ -71,8 +71,19 @@ class BahdanauAttention(keras.layers.Layer):
         multiply and a sum / a broadcast multiply (one kernel each way, where a multiply's
         gradient is a multiply, a sum and a broadcast), nor batched matmuls against a
         broadcast [1, A, 1] weight (oneDNN's batched matmuls and the sum over B their weight
-        gradients need made the training step slower: docs/results.md "Performance")."""
-        feats = enc_features + tf.expand_dims(self.w_s(query), 1)  # [B, L, A]
+        gradients need made the training step slower: docs/results.md "Performance").
+
+        beams: enc_features holds each article once, [b, L, A], and the B = b*K rows of
+        query, coverage and enc_mask are its K hypotheses in turn (a beam search's rows):
+        W_h h_i is broadcast over them instead of tiled (K times less memory held)."""
+        q = self.w_s(query)  # [B, A]
+        if beams:
+            a = tf.shape(enc_features)
+            feats = tf.reshape(
+                tf.expand_dims(enc_features, 1) + tf.reshape(q, [a[0], -1, 1, a[2]]),
+                [-1, a[1], a[2]])  # [b, K, L, A] -> [B, L, A]
+        else:
+            feats = enc_features + tf.expand_dims(q, 1)  # [B, L, A]
         shape = tf.shape(feats)
         if self.use_coverage and coverage is not None:
             w_c = tf.cast(self.w_c, feats.dtype)
@@ -82,9 +93,17 @@ class BahdanauAttention(keras.layers.Layer):
         scores = tf.matmul(tf.reshape(tf.tanh(feats), [-1, self.attn_dim]), v[:, None])
         return masked_softmax(tf.reshape(scores, shape[:2]), enc_mask)  # [B, L]
 
-    def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None):
-        attn = self.alignment(enc_features, enc_mask, query, coverage)
-        context = tf.einsum("bl,bld->bd", attn, enc_outputs)
+    def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None,
+             beams: bool = False):
+        """beams: enc_features and enc_outputs hold each article once ([b, L, ...]) for the
+        b*K rows of the rest (`alignment`)."""
+        attn = self.alignment(enc_features, enc_mask, query, coverage, beams)
+        if beams:
+            b, d = tf.shape(enc_outputs)[0], tf.shape(enc_outputs)[2]
+            context = tf.reshape(  # [b, K, L] x [b, L, D] -> [B, D]
+                tf.matmul(tf.reshape(attn, [b, -1, tf.shape(attn)[1]]), enc_outputs), [-1, d])
+        else:
+            context = tf.einsum("bl,bld->bd", attn, enc_outputs)
         return context, attn
 
     def get_config(self):

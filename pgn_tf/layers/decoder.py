@@ -29,6 +29,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from pgn_tf.decoding.beam_state import ONCE
 from pgn_tf.layers.attention import BahdanauAttention
 from pgn_tf.layers.pointer import PointerSwitch
 from pgn_tf.ops import check_lstm_options, resolve_rnn_impl
@@ -177,9 +178,14 @@ class AttentionDecoderCell(keras.layers.Layer):
         return output, p_gen_logit
 
     def call(self, x_emb, state, enc):
+        """One step. enc: the encoder's outputs as `PointerGenerator.encode` gives them, one row
+        a row of x_emb, or with "features" and "outputs" held once an article under
+        enc[ONCE] for the rows of its K hypotheses (a beam search's state)."""
         x = self.input_proj(tf.concat([x_emb, state["context"]], -1))  # W_x [emb; h*_{t-1}] + b
         h, c, query, cov = self._lstm(x, state)
-        context, attn = self.attention(enc["features"], enc["outputs"], enc["mask"], query, cov)
+        held = enc.get(ONCE, enc)
+        context, attn = self.attention(held["features"], held["outputs"], enc["mask"], query,
+                                       cov, beams=ONCE in enc)
         output, p_gen_logit = self.outputs(h, c, context, x)
         new_state = {"h": h, "c": c, "context": context, "coverage": state["coverage"] + attn}
         extras = {"attn": attn, "p_gen_logit": p_gen_logit, "coverage": state["coverage"]}

@@ -115,6 +115,11 @@ class PointerGenerator(SummarizationModel):
             rnn_impl=model_cfg.rnn_impl,
         )
 
+    # The encoder outputs a search may hold once an article for the rows of its K hypotheses
+    # (decoding.beam_state.ONCE; AttentionDecoderCell.call broadcasts them): the largest
+    # tensors of a beam search, [B, L, D] each.
+    held_once = ("features", "outputs")
+
     def get_config(self):
         return dict(
             vocab_size=self.vocab_size,

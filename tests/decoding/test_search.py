@@ -8,7 +8,7 @@ import tensorflow as tf
 
 from pgn_tf.decoding import greedy, sampling
 from pgn_tf.decoding.beam_search import beam_search
-from pgn_tf.decoding.beam_state import ARTICLE, tile_beams
+from pgn_tf.decoding.beam_state import ARTICLE, ONCE, tile_beams
 from pgn_tf.decoding.candidates import top_candidates
 from pgn_tf.decoding.compaction import next_power_of_two
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
@@ -261,6 +261,44 @@ def test_an_article_result_does_not_depend_on_its_batch_mates(graph, compact_bel
             np.testing.assert_array_equal(res["ids"][row], alone["ids"][0])
             assert res["length"][row] == alone["length"][0]
             assert res["score"][row] == alone["score"][0]  # bit for bit
+
+
+def once_step_fn(tables):
+    """article_step_fn reading each article's id from the state's ONCE part, held once an
+    article ([b]) and repeated to its rows here, as a model's step broadcasts it."""
+    tiled = article_step_fn(tables)
+
+    def step_fn(ids, step, state):
+        held = state[ONCE]["article"]
+        rows = tf.repeat(held, tf.shape(ids)[0] // tf.shape(held)[0])
+        log_probs, new, extras = tiled(ids, step, {"sum": state["sum"],
+                                                   ARTICLE: {"article": rows}})
+        return log_probs, {"sum": new["sum"], ONCE: state[ONCE]}, extras
+
+    return step_fn
+
+
+@pytest.mark.parametrize("graph,compact_below,row_buckets", [
+    (False, 0.0, False), (False, 1.0, False), (True, 1.0, False), (True, 1.0, True)])
+def test_state_held_once_an_article_follows_its_articles(graph, compact_below, row_buckets):
+    """A ONCE tensor ([b, ...], not tiled) goes through the first step, the reordering and the
+    compaction as its article does: the same results as the same tensor tiled under ARTICLE."""
+    tables = make_articles(5, 6, 10, stop_bias=[3, -3, 0, 2, -1, 1])
+    kw = search_kw(5, 10, 3, src_len=L, compact_below=compact_below, row_buckets=row_buckets)
+    arts = tf.constant([2, 0, 5, 1, 3], tf.int32)
+
+    def run_once(a):
+        state = {**tile_beams({"sum": tf.zeros_like(a)}, 3), ONCE: {"article": a}}
+        return beam_search(once_step_fn(tables), state, **kw)
+
+    if graph:
+        run_once = tf.function(run_once, input_signature=[tf.TensorSpec([None], tf.int32)])
+    held = {k: v.numpy() for k, v in run_once(arts).items()}
+    tiled = batched(tables, [2, 0, 5, 1, 3], 3, 10, compact_below=compact_below,
+                    row_buckets=row_buckets)
+    assert len(set(tiled["length"].tolist())) > 1  # articles leave the batch at different steps
+    for key in ("ids", "length", "score"):
+        np.testing.assert_array_equal(held[key], tiled[key])
 
 
 @pytest.mark.parametrize("beam", [2, 4])

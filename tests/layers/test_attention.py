@@ -34,6 +34,25 @@ def test_matches_numpy_reference_with_coverage_and_mask():
     assert attn.numpy()[1, 2] == 0.0
 
 
+def test_beams_broadcast_each_article_over_its_hypotheses():
+    """beams=True: each article's encoder outputs held once ([b, L, ...]) for its K rows
+    equal the NumPy reference on the tiled [b*K, L, ...] tensors (eq. 11, 2, 3)."""
+    rng = np.random.default_rng(1)
+    layer = BahdanauAttention(6, use_coverage=True)
+    layer.build((None, None, 4), 5)
+    layer.w_c.assign(rng.normal(size=6).astype("float32"))
+    b, k = 2, 3
+    enc = rng.normal(size=(b, 4, 4)).astype("float32")
+    mask = np.repeat(np.array([[True, True, True, True], [True, True, False, False]]), k, 0)
+    query = rng.normal(size=(b * k, 5)).astype("float32")
+    cov = rng.uniform(size=(b * k, 4)).astype("float32")
+    ctx, attn = layer(layer.precompute(enc), enc, mask, query, cov, beams=True)
+    want_ctx, want_attn = _np_attention(layer, np.repeat(enc, k, 0), mask, query, cov)
+    np.testing.assert_allclose(attn.numpy(), want_attn, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(ctx.numpy(), want_ctx, rtol=1e-5, atol=1e-6)
+    assert attn.shape == (b * k, 4) and ctx.shape == (b * k, 4)
+
+
 def test_empty_article_gives_zero_attention_not_nan():
     probs = masked_softmax(tf.zeros([2, 3]), tf.constant([[False] * 3, [True, False, False]]))
     np.testing.assert_array_equal(probs.numpy(), [[0, 0, 0], [1, 0, 0]])
