@@ -9,11 +9,13 @@ instead, a `layers.pointer.Mixture` (P_vocab, p_gen, the attention and the sourc
 search then hands it to `decoding.mixture`, which scores only the tokens that can rank among the
 best (the vocabulary's best and the article's own, See et al.'s eq. 9), never forming the [N, W]
 log-probabilities; the result is the same. A dense distribution goes to `decoding.candidates`.
-Two dict keys of the state are special:
+Three dict keys of the state are special:
   ARTICLE ("per_article"): tensors that are the same for the K beams of an article (the tiled
     encoder outputs, masks, extended ids). Beam reordering leaves them alone; they are gathered
     only when finished articles leave the batch.
   SHARED ("shared"): per-batch tensors (a tied output matrix), never tiled nor gathered.
+  ONCE ("once"): tensors an article holds once ([b, ...], not tiled; the step broadcasts them
+    over the K beams), gathered by article when finished articles leave the batch.
 Beyond choosing where a step's candidates come from (a Mixture or a dense distribution), the
 search knows nothing about pointers or coverage; it reads the extras "attn" float [N, L] (GNMT
 coverage penalty, `return_extras`) and "p_gen" float [N] (`return_extras`) only. What it may
@@ -213,8 +215,8 @@ class BeamSearch(DecodingStrategy):
             return t.shape
 
         rows = tf.nest.map_structure(dynamic, state._replace(model_state=(), out=()))
-        return rows._replace(model_state=map_state(state.model_state, dynamic, dynamic, fixed,
-                                                         dynamic),
+        model_state = map_state(state.model_state, dynamic, dynamic, fixed, on_once=dynamic)
+        return rows._replace(model_state=model_state,
                              out=tf.nest.map_structure(fixed, state.out))
 
     def first_step(self, step, state: BeamState) -> BeamState:
