@@ -42,15 +42,18 @@ def kept_articles(done: tf.Tensor, size: tf.Tensor) -> tf.Tensor:
 
 def compact(state, keep: tf.Tensor, beam_size: int):
     """Keeps the articles `keep` (int [m]) of every per-article and per-hypothesis tensor of a
-    BeamState; the results already written (`out`, [B, ...]) stay whole."""
+    BeamState (a model state's ONCE tensors by article, its others by row); the results already
+    written (`out`, [B, ...]) stay whole."""
     rows = tf.reshape(tf.cast(keep, tf.int32)[:, None] * beam_size + tf.range(beam_size), [-1])
+
+    def article(t):
+        return tf.gather(t, keep)
 
     def hyp(t):
         return tf.gather(t, rows)
 
-    per_article = tf.nest.map_structure(lambda t: tf.gather(t, keep),
-                                        state._replace(ids=(), model_state=(), out=()))
+    per_article = tf.nest.map_structure(article, state._replace(ids=(), model_state=(), out=()))
     return per_article._replace(ids=hyp(state.ids),
                                 model_state=map_state(state.model_state, hyp, hyp,
-                                                      on_once=lambda t: tf.gather(t, keep)),
+                                                      on_once=article),
                                 out=state.out)

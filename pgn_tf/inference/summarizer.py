@@ -179,7 +179,7 @@ class Summarizer(SummarizerAPI, tf.Module):
         decode_step = self._decode_step(mixture)
 
         def step_fn(ids, step, st):
-            enc = {**st[ARTICLE], ONCE: st[ONCE]} if once else st[ARTICLE]
+            enc = {**st[ARTICLE], **st[ONCE]} if once else st[ARTICLE]
             log_probs, dec, extras = decode_step(ids, step, st["dec"], enc)
             return log_probs, {**st, "dec": dec}, extras
 
@@ -191,8 +191,11 @@ class Summarizer(SummarizerAPI, tf.Module):
         Mixture, a model without a pointer). A pointer model's dense distribution (greedy
         search, the ABS+ features) is V + the batch's OOV count wide, one compilation per
         count: that step stays plain. One tf.function a Summarizer, so that the compilations
-        are kept across batches and traces."""
+        are kept across batches and traces. A model naming `held_once` tensors gets them once
+        an article (search_inputs)."""
         kw = {"mixture": True} if mixture else {}
+        if getattr(self.model, "held_once", ()):
+            kw["per_article"] = True
 
         def step(ids, t, dec, enc):
             return self.model.decode_step(ids, t, dec, enc, **kw)

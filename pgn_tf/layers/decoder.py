@@ -29,7 +29,6 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.decoding.beam_state import ONCE
 from pgn_tf.layers.attention import BahdanauAttention
 from pgn_tf.layers.pointer import PointerSwitch
 from pgn_tf.ops import check_lstm_options, resolve_rnn_impl
@@ -177,15 +176,15 @@ class AttentionDecoderCell(keras.layers.Layer):
             p_gen_logit = tf.fill(tf.shape(h)[:-1], tf.constant(30.0, h.dtype))  # p_gen = 1
         return output, p_gen_logit
 
-    def call(self, x_emb, state, enc):
-        """One step. enc: the encoder's outputs as `PointerGenerator.encode` gives them, one row
-        a row of x_emb, or with "features" and "outputs" held once an article under
-        enc[ONCE] for the rows of its K hypotheses (a beam search's state)."""
+    def call(self, x_emb, state, enc, per_article: bool = False):
+        """One step. enc: the encoder's outputs as `PointerGenerator.encode` gives them, a row a
+        row of x_emb; per_article: enc's "features" and "outputs" hold each article once
+        ([b, L, ...]) for its K consecutive rows (a beam search's hypotheses), broadcast in the
+        attention."""
         x = self.input_proj(tf.concat([x_emb, state["context"]], -1))  # W_x [emb; h*_{t-1}] + b
         h, c, query, cov = self._lstm(x, state)
-        held = enc.get(ONCE, enc)
-        context, attn = self.attention(held["features"], held["outputs"], enc["mask"], query,
-                                       cov, beams=ONCE in enc)
+        context, attn = self.attention(enc["features"], enc["outputs"], enc["mask"], query, cov,
+                                       beams=per_article)
         output, p_gen_logit = self.outputs(h, c, context, x)
         new_state = {"h": h, "c": c, "context": context, "coverage": state["coverage"] + attn}
         extras = {"attn": attn, "p_gen_logit": p_gen_logit, "coverage": state["coverage"]}

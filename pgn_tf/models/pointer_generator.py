@@ -116,8 +116,8 @@ class PointerGenerator(SummarizationModel):
         )
 
     # The encoder outputs a search may hold once an article for the rows of its K hypotheses
-    # (decoding.beam_state.ONCE; AttentionDecoderCell.call broadcasts them): the largest
-    # tensors of a beam search, [B, L, D] each.
+    # (decoding.beam_state.ONCE; decode_step's per_article): the largest tensors of a beam
+    # search, [B, L, D] each.
     held_once = ("features", "outputs")
 
     def get_config(self):
@@ -169,13 +169,17 @@ class PointerGenerator(SummarizationModel):
 
     # -- one decoder step (search interface) --------------------------------------------------
 
-    def decode_step(self, ids, step, state, enc, mixture: bool = False):
+    def decode_step(self, ids, step, state, enc, mixture: bool = False,
+                    per_article: bool = False):
         """ids: int32 [N] previous tokens -> log_probs float32 [N, V (+ max_oovs)], new state,
         extras dict(attn [N, L], p_gen [N]). With mixture (pointer models) the distribution
         comes as its parts, a layers.pointer.Mixture, for the beam search to score only
-        the tokens that can win. `step` is unused here (kept for the interface)."""
+        the tokens that can win. per_article: enc's `held_once` tensors hold each article
+        once for its K consecutive rows (AttentionDecoderCell.call). `step` is unused here
+        (kept for the interface)."""
         del step
-        output, state, extras = self.cell(self.embed_ids(ids), state, enc)
+        output, state, extras = self.cell(self.embed_ids(ids), state, enc,
+                                          per_article=per_article)
         logits = tf.cast(self.vocab_proj(output), tf.float32)  # [N, V]
         p_gen = tf.sigmoid(tf.cast(extras["p_gen_logit"], tf.float32))
         extras = {"attn": extras["attn"], "p_gen": p_gen}

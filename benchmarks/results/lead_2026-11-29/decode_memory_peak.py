@@ -9,6 +9,7 @@ import dataclasses
 import sys
 
 import tensorflow as tf
+from decode_memory_knobs import rss  # this folder's (run from here, or as a path)
 
 from pgn_tf.data import dataset
 from pgn_tf.decoding.search import DecodeRequest
@@ -17,14 +18,6 @@ from pgn_tf.inference.loading import decode_config
 from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.model_dir import ModelDir, restore_model
 from pgn_tf.models import build_model
-
-
-def rss() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
 
 
 def held() -> dict:
