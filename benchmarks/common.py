@@ -11,6 +11,7 @@ import sys
 import numpy as np
 
 from pgn_tf.training import hardware
+from pgn_tf.utils import onednn
 
 
 def percentiles(latencies_s: list[float]) -> dict:
@@ -88,12 +89,12 @@ def add_cpu_flag(parser) -> None:
 
 def emulate_cpu(cpu: str, module: str, argv: list[str]) -> None:
     """Re-runs `python -m module argv` in this process with the caps of `cpu` in its
-    environment, unless they are set already (or cpu is "native"): the caps take effect only
-    when set before TensorFlow or PyTorch first run a kernel, so the process starts anew."""
-    if cpu == "native":
-        return
-    env = dict(os.environ)
-    for k, v in CPU_EMULATIONS[cpu].items():
+    environment (none for "native") and TensorFlow's oneDNN setting that pgn_tf's commands start
+    with (pgn_tf.utils.onednn: on where unset), unless both are set already: each takes effect
+    only when set before TensorFlow or PyTorch loads or first runs a kernel, so the process
+    starts anew. A benchmark then measures what the commands run."""
+    env = onednn.environment(os.environ, platform.machine())
+    for k, v in CPU_EMULATIONS.get(cpu, {}).items():
         env = _with_cap(env, k, v)
     if env == dict(os.environ):
         return
@@ -127,7 +128,7 @@ def code_version() -> str:
 def machine() -> dict:
     return {"cpus": os.cpu_count(), "machine": platform.machine(),
             "python": platform.python_version(), "cpu_flags": cpu_flags(),
-            "isa_caps": active_caps()}
+            "isa_caps": active_caps(), "tf_onednn": onednn.state()}
 
 
 def result_line(name: str, result: dict) -> str:
@@ -138,6 +139,7 @@ def result_line(name: str, result: dict) -> str:
 def emit(name: str, result: dict) -> None:
     """Prints the figures readably (with the CPU's vector flags), then one JSON line for tools."""
     print(f"  cpu_flags: {cpu_flags()}")
+    print(f"  TensorFlow's oneDNN: {onednn.state()}")
     for k, v in result.items():
         print(f"  {k}: {v}")
     print(result_line(name, result), flush=True)

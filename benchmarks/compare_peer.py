@@ -51,6 +51,10 @@ out), and its decoding, measured in a fresh child process that decodes and repor
 VmHWM (in this process the training's memory would count). Both include their framework's
 start-up (TensorFlow, PyTorch).
 
+TensorFlow's oneDNN kernels are on, as pgn_tf's commands run them (pgn_tf.utils.onednn: where
+TF_ENABLE_ONEDNN_OPTS is unset the process restarts with it set; TensorFlow's own default leaves
+them off on CPUs with AVX2 only); the printed setting and the JSON line name it.
+
 --cpu avx2 runs the whole comparison as a CPU with AVX2 only would (the process restarts with
 oneDNN and MKL capped at AVX2, which the peer's bench.sh inherits; `auto` precision then picks
 float32, and an explicit bf16 setting is refused), so one machine measures every CPU type; the
@@ -115,7 +119,7 @@ from pgn_tf.decoding.search import DecodeRequest
 from pgn_tf.inference.evaluator import decode_split
 from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.model_dir import ModelDir
-from pgn_tf.utils import procfs
+from pgn_tf.utils import onednn, procfs
 from pgn_tf.utils.errors import UserError, run_cli
 
 # Per corpus: this project's preset at the peer's sizes, the decoded tokens' limit, and what
@@ -359,6 +363,7 @@ def run(a) -> dict:
         print(f"note: the reference decoded {n_peer} articles, pgn_tf {n_ours}: not the same "
               f"validation file?")
     print(f"cpu_flags: {cpu_flags()}")
+    print(f"TensorFlow's oneDNN: {onednn.state()}")
     print(f"date: {date}")
     if a.peer_set:
         print(f"the reference ran with: {', '.join(a.peer_set)} (onmt-ref.yaml otherwise)")

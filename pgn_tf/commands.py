@@ -1,4 +1,4 @@
-"""The command lines' one way in: a quiet start, then the command module's main().
+"""The command lines' one way in: oneDNN on and a quiet start, then the command module's main().
 
 COMMANDS is the one table of commands: setup.py reads it (without importing pgn_tf) and makes
 each row a console script, `pgn-train = pgn_tf.commands:train`. Both forms of a command come
@@ -9,9 +9,10 @@ through `run_command`: the console scripts and `python -m pgn_tf.train`, whose m
 
         raise SystemExit(run_command("pgn_tf.train"))
 
-so the quiet start (pgn_tf.utils.quiet) is in place before the module's imports load
-TensorFlow, and the command runs from its importable module (`pgn_tf.train`, not `__main__`:
-Beam pickles a pipeline's functions by their module's name). Importing a command module, or this
+so the quiet start (pgn_tf.utils.quiet) and TensorFlow's oneDNN setting (pgn_tf.utils.onednn)
+are in place before the module's imports load TensorFlow, and the command runs from its
+importable module (`pgn_tf.train`, not `__main__`: Beam pickles a pipeline's functions by their
+module's name). Importing a command module, or this
 one, changes nothing in the process: no environment variable, import hook, process or argv read.
 """
 
@@ -38,10 +39,13 @@ COMMANDS = {
 
 
 def run_command(module: str, argv: list[str] | None = None) -> int:
-    """Quiets the start (unless --verbose in argv, default sys.argv[1:], or PGN_TF_VERBOSE),
-    then imports `module` and returns its main(argv)."""
-    from pgn_tf.utils import quiet
+    """Turns TensorFlow's oneDNN kernels on where the user left them unset (pgn_tf.utils.onednn:
+    TensorFlow's default leaves them off on CPUs with AVX2 only), quiets the start (unless
+    --verbose in argv, default sys.argv[1:], or PGN_TF_VERBOSE), then imports `module` and
+    returns its main(argv)."""
+    from pgn_tf.utils import onednn, quiet
 
+    onednn.start()
     quiet.start(argv)
     return importlib.import_module(module).main(argv)
 

@@ -14,6 +14,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest  # noqa: E402
 
+from pgn_tf.utils import onednn  # noqa: E402
+
+# TensorFlow's kernels as the commands run them (oneDNN on where unset, every x86-64 CPU), set
+# before any test loads TensorFlow; the processes the tests start inherit it.
+onednn.start()
+
 
 def shared(tmp_path_factory, name, build):
     """build(dir) -> a JSON-able value, run once per test run (not once per xdist worker); the

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from benchmarks import common
+from pgn_tf.utils import onednn
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,6 +37,23 @@ def test_emulation_restarts_the_process_with_the_caps(monkeypatch):
     assert common.cpu_flags().endswith(
         "(emulating ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 "
         "ATEN_CPU_CAPABILITY=avx2 XLA_FLAGS=--xla_cpu_max_isa=AVX2)")
+
+
+def test_a_native_run_restarts_with_onednn_on_where_unset(monkeypatch):
+    """A benchmark measures what the commands run (pgn_tf.utils.onednn): TensorFlow's oneDNN on
+    where TF_ENABLE_ONEDNN_OPTS is unset on x86-64; the user's setting is kept."""
+    calls = []
+    monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
+    monkeypatch.setattr(common.platform, "machine", lambda: "x86_64")
+    monkeypatch.delenv(onednn.VARIABLE, raising=False)
+    common.emulate_cpu("native", "benchmarks.x", ["--a"])
+    (exe, argv, env), = calls
+    assert argv == [sys.executable, "-m", "benchmarks.x", "--a"] and env[onednn.VARIABLE] == "1"
+    assert not any(k in env for k in common.CAP_VARIABLES if k not in os.environ)
+    monkeypatch.setenv(onednn.VARIABLE, "0")
+    common.emulate_cpu("native", "benchmarks.x", ["--a"])
+    assert len(calls) == 1
+    assert json.loads(common.result_line("x", {}))["tf_onednn"] == "off (TF_ENABLE_ONEDNN_OPTS=0)"
 
 
 def test_explicit_bf16_is_refused_under_the_emulation():
