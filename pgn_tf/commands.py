@@ -12,8 +12,8 @@ through `run_command`: the console scripts and `python -m pgn_tf.train`, whose m
 so the quiet start (pgn_tf.utils.quiet) and TensorFlow's oneDNN setting (pgn_tf.utils.onednn)
 are in place before the module's imports load TensorFlow, and the command runs from its
 importable module (`pgn_tf.train`, not `__main__`: Beam pickles a pipeline's functions by their
-module's name). Importing a command module, or this
-one, changes nothing in the process: no environment variable, import hook, process or argv read.
+module's name). Importing a command module, or this one, changes nothing in the process: no
+environment variable, import hook, process or argv read.
 """
 
 from __future__ import annotations

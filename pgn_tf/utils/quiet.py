@@ -22,7 +22,8 @@ What is hidden on a CPU machine, each message where it arises, and why it is har
   - absl's "WARNING: All log messages before absl::InitializeLog() is called are written to
     STDERR": where the logs go, not a problem;
   - port.cc's "oneDNN custom operations are on. You may see slightly different numerical
-    results ...": TensorFlow's default on x86 CPUs, the numbers pgn_tf's tests and results use;
+    results ...": the kernels the commands start with on x86-64 CPUs (pgn_tf.utils.onednn),
+    the numbers pgn_tf's tests and results use;
   - cudart_stub.cc's "Could not find cuda drivers on your machine, GPU will not be used." and
     cuda_platform.cc's "failed call to cuInit: ..." (when TensorFlow first lists the devices):
     a machine without a GPU has no CUDA driver. Both are hidden only where the machine has no
