@@ -10,7 +10,7 @@ import types
 import pytest
 
 from pgn_tf import commands
-from pgn_tf.utils import onednn
+from pgn_tf.utils import onednn, quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,11 +49,12 @@ def test_state_names_the_setting():
 def test_run_command_starts_it_before_the_command_module_loads(monkeypatch):
     order = []
     monkeypatch.setattr(onednn, "start", lambda: order.append("onednn") or True)
+    monkeypatch.setattr(quiet, "start", lambda argv: order.append(("quiet", argv)))
     module = types.ModuleType("pgn_tf_fake_command")
     module.main = lambda argv: order.append(("main", argv)) or 7
     monkeypatch.setitem(sys.modules, "pgn_tf_fake_command", module)
     assert commands.run_command("pgn_tf_fake_command", ["--x"]) == 7
-    assert order == ["onednn", ("main", ["--x"])]
+    assert order == ["onednn", ("quiet", ["--x"]), ("main", ["--x"])]
 
 
 def _onednn_in_tensorflow(env: dict) -> bool:
