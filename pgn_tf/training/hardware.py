@@ -4,30 +4,17 @@ the device list, so every machine's choice is tested on any machine)."""
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Sequence
 
 import tensorflow as tf
 
 from pgn_tf.utils.errors import UserError
+from pgn_tf.utils.procfs import cpu_flags
 
 MIXED_PRECISION = ("", "auto", "mixed_bfloat16", "mixed_float16")
 # float16 tensor cores from Volta (7.0) on: Keras's guidance for where mixed precision pays.
 FLOAT16_COMPUTE_CAPABILITY = (7, 0)
-
-
-@functools.cache
-def cpu_flags() -> frozenset[str] | None:
-    """The flags of the first CPU in /proc/cpuinfo; None where they cannot be read (macOS)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return None
 
 
 def gpu_capabilities() -> list[tuple[int, int]]:

@@ -1,5 +1,6 @@
-"""A process' memory and children, read from Linux's /proc: the one reader the serving tests,
-the benchmarks and the server's helpers share.
+"""A process' memory and children, and the CPU's flags, read from Linux's /proc: the one reader
+the serving tests, the benchmarks, the server's helpers and the precision choice share (it
+imports no TensorFlow, so the test runner's second pass reads the flags without it).
 
 Why VmHWM: the kernel keeps each process' RSS high-water mark (`VmHWM` in /proc/PID/status),
 kept by the kernel rather than sampled (exact to within its per-thread counter caching, a few
@@ -11,7 +12,21 @@ answer: another OS, a process gone, no permission.
 
 from __future__ import annotations
 
+import functools
 import os
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str] | None:
+    """The flags of the first CPU in /proc/cpuinfo; None where they cannot be read (macOS)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return None
 
 
 def status_kib(pid: int | str = "self", field: str = "VmHWM") -> int | None:
