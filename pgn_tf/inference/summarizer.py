@@ -23,6 +23,7 @@ from pgn_tf.decoding.search import DecodeRequest, Search
 from pgn_tf.inference.api import SummarizerAPI
 from pgn_tf.inference.batching import Buckets
 from pgn_tf.layers.pointer import copy_slots
+from pgn_tf.ops import lstm_recurrence
 
 _BATCH_KEYS = ("summaries", "scores")
 _VERBOSE_KEYS = ("summaries", "scores", "tokens", "attention", "p_gen")
@@ -164,10 +165,11 @@ class Summarizer(SummarizerAPI, tf.Module):
         travel in the state so that the beam search can drop finished articles from the batch.
         mixture: a pointer model's step returns its distribution in parts (layers.pointer.Mixture,
         for the beam search alone), the source's copy slots computed here once an article."""
-        enc, state = self.model.encode(
-            feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
-            max_dec_steps=feats.get("max_dec_steps"),
-        )
+        with lstm_recurrence.forward_only():  # no gradient is taken through a search
+            enc, state = self.model.encode(
+                feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
+                max_dec_steps=feats.get("max_dec_steps"),
+            )
         mixture = mixture and getattr(self.model, "pointer_gen", False)
         if mixture:
             enc["copy_slot"], enc["copy_first"] = copy_slots(enc["ext_ids"], enc["mask"])

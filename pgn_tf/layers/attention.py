@@ -63,6 +63,11 @@ class BahdanauAttention(keras.layers.Layer):
     def precompute(self, enc_outputs):
         return self.w_h(enc_outputs)
 
+    def _coverage_term(self, coverage, dtype, shape):
+        """c_i^t w_c (eq. 11) as [B*L, 1] x [1, A], reshaped to `shape`."""
+        w_c = tf.cast(self.w_c, dtype)
+        return tf.reshape(tf.matmul(tf.reshape(coverage, [-1, 1]), w_c[None, :]), shape)
+
     def alignment(self, enc_features, enc_mask, query, coverage=None, beams: bool = False):
         """a^t alone (eq. 11 and 2), float [B, L]: what a loop over steps needs when the
         context (eq. 3) is formed after it. expand_dims, not [:, None]: a strided slice's
@@ -75,23 +80,32 @@ class BahdanauAttention(keras.layers.Layer):
 
         beams: enc_features holds each article once, [b, L, A], and the B = b*K rows of
         query, coverage and enc_mask are its K hypotheses in turn (a beam search's rows):
-        W_h h_i is broadcast over them instead of tiled (K times less memory held)."""
+        W_h h_i is broadcast over them instead of tiled (K times less memory held). There the
+        sum is formed in one [B, L, A] buffer, the largest of a search step: c_i w_c first,
+        then W_h h_i and W_s s_t added into it (each add takes over its full-size input's
+        buffer). The Snapshot between the adds (a no-op that hands its input on) keeps
+        grappler's arithmetic optimizer from regrouping them to add the two small operands
+        first, which would hold two such buffers at once. Nothing else reads the sum (its
+        [B, L] shape comes from the mask): a Shape op still to run on it would keep tanh from
+        taking its buffer over, which happened or not with the executor's order."""
         q = self.w_s(query)  # [B, A]
+        covered = self.use_coverage and coverage is not None
         if beams:
             a = tf.shape(enc_features)
-            feats = tf.reshape(
-                tf.expand_dims(enc_features, 1) + tf.reshape(q, [a[0], -1, 1, a[2]]),
-                [-1, a[1], a[2]])  # [b, K, L, A] -> [B, L, A]
+            feats = tf.expand_dims(enc_features, 1)  # [b, 1, L, A]
+            if covered:  # c_i w_c first, then the two broadcast adds into its buffer
+                feats = tf.raw_ops.Snapshot(input=self._coverage_term(
+                    coverage, feats.dtype, [a[0], -1, a[1], a[2]]) + feats)
+            feats = tf.reshape(feats + tf.reshape(q, [a[0], -1, 1, a[2]]),
+                               [-1, a[1], a[2]])  # [b, K, L, A] -> [B, L, A]
         else:
             feats = enc_features + tf.expand_dims(q, 1)  # [B, L, A]
-        shape = tf.shape(feats)
-        if self.use_coverage and coverage is not None:
-            w_c = tf.cast(self.w_c, feats.dtype)
-            feats = feats + tf.reshape(tf.matmul(tf.reshape(coverage, [-1, 1]), w_c[None, :]),
-                                       shape)
+            if covered:
+                feats = feats + self._coverage_term(coverage, feats.dtype,
+                                                    tf.shape(enc_features))
         v = tf.cast(self.v, feats.dtype)
         scores = tf.matmul(tf.reshape(tf.tanh(feats), [-1, self.attn_dim]), v[:, None])
-        return masked_softmax(tf.reshape(scores, shape[:2]), enc_mask)  # [B, L]
+        return masked_softmax(tf.reshape(scores, tf.shape(enc_mask)), enc_mask)  # [B, L]
 
     def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None,
              beams: bool = False):

@@ -7,6 +7,9 @@ read as they are, so checkpoints are the same either way.
 
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import keras
 import tensorflow as tf
 
@@ -16,6 +19,56 @@ from pgn_tf.ops import check_lstm_options
 def _per_direction(x, kernels):
     """x float [D, B, K] times kernels (D x [K, N]), direction by direction -> [D, B, N]."""
     return tf.stack([tf.matmul(x_d, k) for x_d, k in zip(tf.unstack(x, len(kernels)), kernels)])
+
+
+def _cell(z, c, units):
+    """One step's gates from z_t = xw_t + h_{t-1} R (lstm_recurrence's equations): h_t, c_t,
+    and the activations BPTT reads (sigmoid of i, f, o; tanh of g)."""
+    sig, g = tf.split(z, [3 * units, units], axis=-1)
+    sig, g = tf.sigmoid(sig), tf.tanh(g)
+    i, f, o = tf.split(sig, 3, axis=-1)
+    c = f * c + i * g
+    return o * tf.tanh(c), c, sig, g
+
+
+_forward_only = threading.local()
+
+
+@contextlib.contextmanager
+def forward_only():
+    """Within it, `fused_bilstm` traces `lstm_forward` instead of `lstm_recurrence`: for a
+    pass that takes no gradient (a search encoding its articles), which then keeps no gate
+    activations for BPTT and reads the input projections where the batched matmul leaves them
+    (no transposed copy, no TensorArray of them): less memory, the same numbers. A gradient
+    taken through it anyway is TensorFlow's autodiff of the loop (right, only slower)."""
+    before = getattr(_forward_only, "on", False)
+    _forward_only.on = True
+    try:
+        yield
+    finally:
+        _forward_only.on = before
+
+
+def lstm_forward(xw, recurrent):
+    """lstm_recurrence's forward pass alone (its step is the same ops on the same values), for
+    inputs laid out direction-major: xw float [D, L, B, 4H], step t read as xw[:, t].
+
+    Returns hs, cs: float [L, D, B, H], as lstm_recurrence's."""
+    steps = tf.shape(xw)[1]
+    units = recurrent.shape[1]
+    zeros = tf.zeros(tf.stack([tf.shape(xw)[0], tf.shape(xw)[2], units]), xw.dtype)
+    kernels = tf.unstack(recurrent)  # D x [H, 4H]
+
+    def forward(t, h, c, hs, cs):
+        z = tf.gather(xw, t, axis=1) + _per_direction(h, kernels)  # [D, B, 4H]
+        h, c, _, _ = _cell(z, c, units)
+        return t + 1, h, c, hs.write(t, h), cs.write(t, c)
+
+    arrays = tuple(tf.TensorArray(xw.dtype, size=steps) for _ in range(2))
+    _, _, _, hs, cs = tf.while_loop(
+        lambda t, *_: t < steps, forward, (tf.constant(0), zeros, zeros, *arrays),
+        maximum_iterations=steps)
+    return hs.stack(), cs.stack()
 
 
 @tf.custom_gradient
@@ -52,11 +105,7 @@ def lstm_recurrence(xw, recurrent):
 
     def forward(t, h, c, hs, cs, sigs, gs):
         z = inputs.read(t) + _per_direction(h, kernels)  # [D, B, 4H]
-        sig, g = tf.split(z, [3 * units, units], axis=-1)
-        sig, g = tf.sigmoid(sig), tf.tanh(g)
-        i, f, o = tf.split(sig, 3, axis=-1)
-        c = f * c + i * g
-        h = o * tf.tanh(c)
+        h, c, sig, g = _cell(z, c, units)
         return t + 1, h, c, hs.write(t, h), cs.write(t, c), sigs.write(t, sig), gs.write(t, g)
 
     arrays = tuple(tf.TensorArray(dtype, size=steps) for _ in range(4))
@@ -155,8 +204,9 @@ def fused_bilstm(bilstm: keras.layers.Bidirectional, emb, lengths):
     Both directions run in one `tf.while_loop` over [2, B, H] states (`lstm_recurrence`), their
     input projections computed before it in one batched matmul, the backward direction fed its
     article reversed by length (`tf.reverse_sequence`), so no step masks anything;
-    XLA-compilable. Steps past an article's length run on padding: their outputs are left for
-    the caller to zero and the final states are read at step length - 1.
+    XLA-compilable. Within `forward_only()`, the loop is `lstm_forward`. Steps past an
+    article's length run on padding: their outputs are left for the caller to zero and the
+    final states are read at step length - 1.
 
     Args:
       emb: float [B, L, E]; lengths: int32 [B].
@@ -170,6 +220,9 @@ def fused_bilstm(bilstm: keras.layers.Bidirectional, emb, lengths):
     # Both directions' input projections before the loop, in one (batched) matmul:
     # [2, L*B, E] x [2, E, 4H].
     xw = tf.matmul(tf.reshape(x, [2, -1, e]), kernel) + bias[:, None, :]
-    xw = tf.transpose(tf.reshape(xw, [2, steps, b, -1]), [1, 0, 2, 3])  # [L, 2, B, 4H]
-    hs, cs = lstm_recurrence(xw, recurrent)  # [L, 2, B, H] each
+    xw = tf.reshape(xw, [2, steps, b, -1])  # [2, L, B, 4H]
+    if getattr(_forward_only, "on", False):
+        hs, cs = lstm_forward(xw, recurrent)  # [L, 2, B, H] each
+    else:
+        hs, cs = lstm_recurrence(tf.transpose(xw, [1, 0, 2, 3]), recurrent)
     return _sequence(hs, lengths), _final(hs, lengths), _final(cs, lengths)

@@ -53,6 +53,32 @@ def test_beams_broadcast_each_article_over_its_hypotheses():
     assert attn.shape == (b * k, 4) and ctx.shape == (b * k, 4)
 
 
+def test_a_beam_step_holds_one_full_size_sum_buffer():
+    """beams=True under a tf.function (as the search runs it): the [B, L, A] sum of eq. 11 is
+    formed in one buffer, not two (grappler regrouping the adds, a coverage term added to a
+    separate sum). TensorFlow's allocator counts the bytes (oneDNN's, on by the suite's
+    start-up: pgn_tf.utils.onednn); the bound is 1.5 buffers, the rest of the step being
+    [B, L] and [B, A] tensors."""
+    rng = np.random.default_rng(2)
+    b, k, length, d, a = 16, 4, 200, 32, 128
+    layer = BahdanauAttention(a, use_coverage=True)
+    layer.build((None, None, d), 24)
+    layer.w_c.assign(rng.normal(size=a).astype("float32"))
+    enc = tf.constant(rng.normal(size=(b, length, d)).astype("float32"))
+    feats = layer.precompute(enc)
+    mask = tf.ones([b * k, length], tf.bool)
+    query = tf.constant(rng.normal(size=(b * k, 24)).astype("float32"))
+    cov = tf.constant(rng.uniform(size=(b * k, length)).astype("float32"))
+    step = tf.function(lambda: layer.alignment(feats, mask, query, cov, beams=True))
+    want = step().numpy()
+    tf.config.experimental.reset_memory_stats("CPU:0")
+    held = tf.config.experimental.get_memory_info("CPU:0")["current"]
+    np.testing.assert_array_equal(step().numpy(), want)
+    transient = tf.config.experimental.get_memory_info("CPU:0")["peak"] - held
+    full = b * k * length * a * 4
+    assert full < transient < 1.5 * full, (transient / full)
+
+
 def test_empty_article_gives_zero_attention_not_nan():
     probs = masked_softmax(tf.zeros([2, 3]), tf.constant([[False] * 3, [True, False, False]]))
     np.testing.assert_array_equal(probs.numpy(), [[0, 0, 0], [1, 0, 0]])

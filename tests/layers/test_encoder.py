@@ -5,11 +5,14 @@ tf.reverse_sequence) and the Keras Bidirectional layer, which must agree on the 
 the fused loop refuses the Keras layer's options it does not implement, the Keras one honours
 them."""
 
+import contextlib
+
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from pgn_tf.layers.encoder import BiLSTMEncoder
+from pgn_tf.ops import lstm_recurrence
 from tests.helpers import run_layer_test
 
 B, L, E, H = 2, 5, 3, 4
@@ -240,3 +243,54 @@ def test_layer_contract(reduce_states, num_weights, state_shape, implementation)
         expected_num_weights=num_weights,
         expected_shapes=[(B, L, 2 * H), (B, state_shape), (B, state_shape)],
     )
+
+
+
+def _call(layer, emb, mask, forward_only):
+    with lstm_recurrence.forward_only() if forward_only else contextlib.nullcontext():
+        return layer(emb, mask)
+
+
+def test_forward_only_gives_the_same_numbers_in_less_memory():
+    """Within ops.lstm_recurrence.forward_only() (a search encoding its articles) the fused
+    encoder runs lstm_forward: bit-identical outputs and states in a tf.function, ragged
+    lengths included; a gradient taken through it anyway (TensorFlow's autodiff of the loop)
+    equals the written-out one; and it holds less: no gate activations kept for BPTT, no
+    transposed copy of the input projections (TensorFlow's allocator counts the bytes)."""
+    layer = randomized_encoder(True, seed=7, state_dim=3)
+    emb = tf.constant(np.random.default_rng(8).normal(size=(16, 40, E)).astype(np.float32))
+    mask = tf.sequence_mask([40, 12, 0, 39] * 4, 40)
+
+    def with_gradients(forward_only):
+        with tf.GradientTape() as tape:
+            tape.watch(emb)
+            out = _call(layer, emb, mask, forward_only)
+            loss = sum(tf.reduce_sum(tf.sin(3.0 * t)) for t in out)
+        return out, tape.gradient(loss, layer.trainable_weights + [emb])
+
+    want, want_grads = tf.function(lambda: with_gradients(False))()
+    got, got_grads = tf.function(lambda: with_gradients(True))()
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g.numpy(), w.numpy())
+    for g, w in zip(got_grads, want_grads):
+        np.testing.assert_allclose(tf.convert_to_tensor(g).numpy(),
+                                   tf.convert_to_tensor(w).numpy(), rtol=1e-5, atol=1e-6)
+
+    # Memory at sizes the allocator tracks (its small allocations are not counted).
+    b, length, e, hid = 32, 60, 32, 64
+    big = BiLSTMEncoder(hid)
+    big.build((None, None, e))
+    emb = tf.constant(np.random.default_rng(9).normal(size=(b, length, e)).astype(np.float32))
+    mask = tf.sequence_mask(np.full([b], length), length)
+
+    def transient(forward_only):
+        fn = tf.function(lambda: _call(big, emb, mask, forward_only))
+        fn()
+        tf.config.experimental.reset_memory_stats("CPU:0")
+        held = tf.config.experimental.get_memory_info("CPU:0")["current"]
+        fn()
+        return tf.config.experimental.get_memory_info("CPU:0")["peak"] - held
+
+    projections = 2 * b * length * 4 * hid * 4  # [2, B*L, 4H] float32
+    lean, plain = transient(True), transient(False)
+    assert 0 < lean < plain - projections / 2, (lean, plain)

@@ -55,8 +55,8 @@ def main():
     before, after, model_dir, data, out_dir = sys.argv[1:6]
     n = int(sys.argv[6]) if len(sys.argv) > 6 else 3
     os.makedirs(out_dir, exist_ok=True)
-    flags = sorted({f for l in open("/proc/cpuinfo") if l.startswith("flags")
-                    for f in l.split(":")[1].split()} & {"avx2", "avx512f", "avx512_bf16", "amx_tile"})
+    flags = sorted({f for line in open("/proc/cpuinfo") if line.startswith("flags")
+                    for f in line.split(":")[1].split()} & {"avx2", "avx512f", "avx512_bf16", "amx_tile"})
     print("cpu_flags:", " ".join(flags), flush=True)
     results = []
     for i in range(n):
