@@ -21,17 +21,35 @@ def _per_direction(x, kernels):
     return tf.stack([tf.matmul(x_d, k) for x_d, k in zip(tf.unstack(x, len(kernels)), kernels)])
 
 
-def _cell(z, c, units):
-    """One step's gates from z_t = xw_t + h_{t-1} R (lstm_recurrence's equations): h_t, c_t,
-    and the activations BPTT reads (sigmoid of i, f, o; tanh of g)."""
-    sig, g = tf.split(z, [3 * units, units], axis=-1)
-    sig, g = tf.sigmoid(sig), tf.tanh(g)
-    i, f, o = tf.split(sig, 3, axis=-1)
-    c = f * c + i * g
-    return o * tf.tanh(c), c, sig, g
+def _forward_loop(step_input, steps, zeros, recurrent, keep_gates: bool) -> list:
+    """The recurrence's loop (lstm_recurrence's equations) over `steps` steps, xw_t read as
+    step_input(t) [D, B, 4H], from h_0 = c_0 = zeros [D, B, H]: the TensorArrays of h_t and
+    c_t, and with keep_gates those of the activations BPTT reads (sigmoid of i, f, o; tanh of
+    g). One loop for both callers, so that lstm_forward runs exactly lstm_recurrence's step."""
+    units = recurrent.shape[1]
+    kernels = tf.unstack(recurrent)  # D x [H, 4H]
+
+    def forward(t, h, c, *arrays):
+        z = step_input(t) + _per_direction(h, kernels)  # [D, B, 4H]
+        sig, g = tf.split(z, [3 * units, units], axis=-1)
+        sig, g = tf.sigmoid(sig), tf.tanh(g)
+        i, f, o = tf.split(sig, 3, axis=-1)
+        c = f * c + i * g
+        h = o * tf.tanh(c)
+        return (t + 1, h, c, *(a.write(t, x) for a, x in zip(arrays, (h, c, sig, g))))
+
+    arrays = tuple(tf.TensorArray(zeros.dtype, size=steps) for _ in range(4 if keep_gates else 2))
+    _, _, _, *arrays = tf.while_loop(
+        lambda t, *_: t < steps, forward, (tf.constant(0), zeros, zeros, *arrays),
+        maximum_iterations=steps)
+    return arrays
 
 
-_forward_only = threading.local()
+class _Tracing(threading.local):
+    forward_only = False
+
+
+_tracing = _Tracing()
 
 
 @contextlib.contextmanager
@@ -41,33 +59,21 @@ def forward_only():
     activations for BPTT and reads the input projections where the batched matmul leaves them
     (no transposed copy, no TensorArray of them): less memory, the same numbers. A gradient
     taken through it anyway is TensorFlow's autodiff of the loop (right, only slower)."""
-    before = getattr(_forward_only, "on", False)
-    _forward_only.on = True
+    before, _tracing.forward_only = _tracing.forward_only, True
     try:
         yield
     finally:
-        _forward_only.on = before
+        _tracing.forward_only = before
 
 
 def lstm_forward(xw, recurrent):
-    """lstm_recurrence's forward pass alone (its step is the same ops on the same values), for
-    inputs laid out direction-major: xw float [D, L, B, 4H], step t read as xw[:, t].
+    """lstm_recurrence's forward pass alone (the same loop), for inputs laid out
+    direction-major: xw float [D, L, B, 4H], step t read as xw[:, t].
 
     Returns hs, cs: float [L, D, B, H], as lstm_recurrence's."""
-    steps = tf.shape(xw)[1]
-    units = recurrent.shape[1]
-    zeros = tf.zeros(tf.stack([tf.shape(xw)[0], tf.shape(xw)[2], units]), xw.dtype)
-    kernels = tf.unstack(recurrent)  # D x [H, 4H]
-
-    def forward(t, h, c, hs, cs):
-        z = tf.gather(xw, t, axis=1) + _per_direction(h, kernels)  # [D, B, 4H]
-        h, c, _, _ = _cell(z, c, units)
-        return t + 1, h, c, hs.write(t, h), cs.write(t, c)
-
-    arrays = tuple(tf.TensorArray(xw.dtype, size=steps) for _ in range(2))
-    _, _, _, hs, cs = tf.while_loop(
-        lambda t, *_: t < steps, forward, (tf.constant(0), zeros, zeros, *arrays),
-        maximum_iterations=steps)
+    zeros = tf.zeros(tf.stack([tf.shape(xw)[0], tf.shape(xw)[2], recurrent.shape[1]]), xw.dtype)
+    hs, cs = _forward_loop(lambda t: tf.gather(xw, t, axis=1), tf.shape(xw)[1], zeros,
+                           recurrent, keep_gates=False)
     return hs.stack(), cs.stack()
 
 
@@ -101,17 +107,7 @@ def lstm_recurrence(xw, recurrent):
     dtype = xw.dtype
     zeros = tf.zeros(tf.concat([tf.shape(xw)[1:3], [units]], 0), dtype)  # [D, B, H]
     inputs = tf.TensorArray(dtype, size=steps).unstack(xw)
-    kernels = tf.unstack(recurrent)  # D x [H, 4H]
-
-    def forward(t, h, c, hs, cs, sigs, gs):
-        z = inputs.read(t) + _per_direction(h, kernels)  # [D, B, 4H]
-        h, c, sig, g = _cell(z, c, units)
-        return t + 1, h, c, hs.write(t, h), cs.write(t, c), sigs.write(t, sig), gs.write(t, g)
-
-    arrays = tuple(tf.TensorArray(dtype, size=steps) for _ in range(4))
-    _, _, _, hs, cs, sigs, gs = tf.while_loop(
-        lambda t, *_: t < steps, forward, (tf.constant(0), zeros, zeros, *arrays),
-        maximum_iterations=steps)
+    hs, cs, sigs, gs = _forward_loop(inputs.read, steps, zeros, recurrent, keep_gates=True)
     hs, cs = hs.stack(), cs.stack()
 
     def grad(dhs, dcs):
@@ -221,7 +217,7 @@ def fused_bilstm(bilstm: keras.layers.Bidirectional, emb, lengths):
     # [2, L*B, E] x [2, E, 4H].
     xw = tf.matmul(tf.reshape(x, [2, -1, e]), kernel) + bias[:, None, :]
     xw = tf.reshape(xw, [2, steps, b, -1])  # [2, L, B, 4H]
-    if getattr(_forward_only, "on", False):
+    if _tracing.forward_only:
         hs, cs = lstm_forward(xw, recurrent)  # [L, 2, B, H] each
     else:
         hs, cs = lstm_recurrence(tf.transpose(xw, [1, 0, 2, 3]), recurrent)
