@@ -8,8 +8,8 @@ from __future__ import annotations
 import tensorflow as tf
 
 from pgn_tf.decoding.candidates import merge_rows, row_top_k
-from pgn_tf.decoding.constraints import NEG_INF, NO_BAN, Constraints
-from pgn_tf.layers.pointer import Mixture
+from pgn_tf.decoding.constraints import NEG_INF, Constraints
+from pgn_tf.layers.pointer import Mixture, vocab_width
 
 
 def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, step: tf.Tensor,
@@ -27,23 +27,16 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     L, at the first position of each id). Their log-probabilities, banned ones min(log p,
     -1e9) as `Constraints.apply` leaves them, go to `merge_rows`.
     """
-    probs = tf.cast(mix.probs, tf.float32)
-    n, v = tf.shape(probs)[0], tf.shape(probs)[1]
+    probs = tf.nn.softmax(tf.cast(mix.logits, tf.float32))
+    n, v = tf.shape(seq)[0], vocab_width(probs)
     ban_idx, ban_values = constraints.ban_entries(n, seq, step)
     l_src = tf.shape(mix.ext_ids)[1]
-    banned_value = tf.constant(-1.0, probs.dtype)
     col = ban_idx[:, 1]
     ban = ban_values <= NEG_INF / 2  # [U]
-    # Bans on vocabulary columns: a probability of -1 (below every allowed one).
     in_vocab = col < v
-    # (TF's scatter copies its input: skipped at the steps that ban nothing, as before
-    # min_steps = 0 and without the [UNK], trigram and repeated-word blocks.)
-    banned_probs = tf.cond(
-        tf.reduce_any(ban & in_vocab),
-        lambda: tf.tensor_scatter_nd_min(
-            probs, tf.stack([ban_idx[:, 0], tf.where(in_vocab, col, 0)], 1),
-            tf.where(ban & in_vocab, banned_value, tf.constant(NO_BAN, probs.dtype))),
-        lambda: probs)
+    # Bans on vocabulary columns: a probability of -1 (below every allowed one).
+    banned_probs = _ban_in_place(probs, n, v, tf.boolean_mask(ban_idx[:, 0], ban & in_vocab),
+                                 tf.boolean_mask(col, ban & in_vocab))
     # Bans on the OOV slots (ids >= V): a [N, M + 1] marker (column 0 a dump for the rest).
     m = tf.maximum(mix.width - v, 0)
     oov_banned = tf.tensor_scatter_nd_max(
@@ -82,3 +75,20 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     cand_ids = tf.concat([vocab_ids, ext_ids], 1)
     row_scores, pos = tf.math.top_k(cand_logp, k=tf.minimum(pool, k_vocab + l_src))
     return merge_rows(row_scores, tf.gather(cand_ids, pos, batch_dims=1), alive_logp, pool)
+
+
+def _ban_in_place(probs: tf.Tensor, n, v, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
+    """probs float32 [n, v] with the entries (rows[u], cols[u]) at -1 (below every allowed
+    probability), written into probs' own buffer: a search step's largest tensor, which a
+    scatter would copy first (TensorFlow's CPU scatters never reuse their input's buffer).
+    Only for a probs that no other op reads: mixture_candidates takes the softmax itself for
+    that. The rows and columns are the banned entries only, so every write is the same -1 and
+    repeated entries cannot race."""
+    check = tf.debugging.assert_less(
+        tf.cast(n, tf.int64) * tf.cast(v, tf.int64), tf.constant(2**31, tf.int64),
+        message="the search's hypotheses times the vocabulary must stay under 2**31")
+    with tf.control_dependencies([check]):
+        flat = tf.raw_ops.InplaceUpdate(
+            x=tf.reshape(probs, [-1]), i=rows * v + cols,
+            v=tf.fill(tf.shape(rows), tf.constant(-1.0, probs.dtype)))
+    return tf.reshape(flat, tf.stack([n, v]))

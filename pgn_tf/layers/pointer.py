@@ -96,18 +96,28 @@ class Mixture(NamedTuple):
     scores only the tokens that can rank among the best (pgn_tf.decoding.mixture's
     `mixture_candidates`) instead of forming P over the whole extended vocabulary.
 
-    probs float32 [N, V] (P_vocab); p_gen float32 [N]; attn float32 [N, L]; ext_ids int32
+    logits float32 [N, V] (P_vocab's, before the softmax: a consumer takes the softmax itself
+    and so owns the [N, V] buffer, which the beam search then edits in place); p_gen float32
+    [N]; attn float32 [N, L]; ext_ids int32
     [N, L] (extended ids of the source positions); slot int32 [N, L] and first bool [N, L]
     (`copy_slots`); width int32 scalar: V + the OOV slots (the dense distribution's width).
     """
 
-    probs: tf.Tensor
+    logits: tf.Tensor
     p_gen: tf.Tensor
     attn: tf.Tensor
     ext_ids: tf.Tensor
     slot: tf.Tensor
     first: tf.Tensor
     width: tf.Tensor
+
+
+def vocab_width(probs: tf.Tensor):
+    """V, the width of P_vocab float [N, V]: the static width where the graph knows it (the
+    output layer's units), so that no op reads probs for it; a decoding step that edits
+    P_vocab in place needs it to have no other reader (pgn_tf.decoding.mixture)."""
+    width = probs.shape[-1]
+    return tf.constant(width, tf.int32) if width is not None else tf.shape(probs)[-1]
 
 
 def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -127,8 +137,8 @@ def dense_distribution(mix: Mixture) -> tf.Tensor:
     """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture,
     as a pointer model's step returns it without `mixture` (for greedy search, sampling and
     the rescoring features, which read every column)."""
-    probs = final_distribution(mix.probs, mix.attn, mix.p_gen[:, None], mix.ext_ids,
-                               mix.width - tf.shape(mix.probs)[1])
+    probs = final_distribution(tf.nn.softmax(mix.logits), mix.attn, mix.p_gen[:, None],
+                               mix.ext_ids, mix.width - vocab_width(mix.logits))
     return tf.math.log(tf.maximum(probs, 1e-30))
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.layers.pointer import Mixture, copy_slots, target_log_prob
+from pgn_tf.layers.pointer import Mixture, copy_slots, target_log_prob, vocab_width
 from pgn_tf.vocab import UNK_ID
 
 SHARED = "shared"  # an `enc` key whose tensors are per batch, not per hypothesis (never tiled)
@@ -35,17 +35,17 @@ class SummarizationModel(keras.Model):
         return self.embedding(tf.where(ids >= self.vocab_size, UNK_ID, ids))
 
     @staticmethod
-    def mixture(probs, p_gen, attn, enc) -> Mixture:
-        """eq. 9's parts for the beam search (layers.pointer.Mixture): P_vocab float32
-        [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the search's
+    def mixture(logits, p_gen, attn, enc) -> Mixture:
+        """eq. 9's parts for the beam search (layers.pointer.Mixture): P_vocab's logits
+        float32 [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the search's
         inputs compute them once an article: "copy_slot", "copy_first"), or here."""
         if "copy_slot" in enc:
             slot, first = enc["copy_slot"], enc["copy_first"]
         else:
             slot, first = copy_slots(enc["ext_ids"], enc["mask"])
-        return Mixture(probs=probs, p_gen=p_gen, attn=tf.cast(attn, tf.float32),
+        return Mixture(logits=logits, p_gen=p_gen, attn=tf.cast(attn, tf.float32),
                        ext_ids=enc["ext_ids"], slot=slot, first=first,
-                       width=tf.shape(probs)[1] + enc["max_oovs"])
+                       width=vocab_width(logits) + enc["max_oovs"])
 
     @staticmethod
     def copy_inputs(enc_ids, enc_ext_ids=None, num_oovs=None) -> dict:

@@ -215,7 +215,7 @@ class DeepReinforced(SummarizationModel):
         logits, gen_logit, attn, state = self._step(ids, step, state, enc)
         extras = {"attn": attn, "p_gen": tf.sigmoid(gen_logit)}
         if mixture and self.pointer_gen:
-            return (self.mixture(tf.nn.softmax(logits), extras["p_gen"], attn, enc), state,
+            return (self.mixture(logits, extras["p_gen"], attn, enc), state,
                     extras)
         return self._log_probs(logits, gen_logit, attn, enc), state, extras
 

@@ -186,7 +186,7 @@ class PointerGenerator(SummarizationModel):
         if not self.pointer_gen:
             return tf.nn.log_softmax(logits), state, extras
         if mixture:
-            return self.mixture(tf.nn.softmax(logits), p_gen, extras["attn"], enc), state, extras
+            return self.mixture(logits, p_gen, extras["attn"], enc), state, extras
         probs = final_distribution(
             tf.nn.softmax(logits),
             tf.cast(extras["attn"], tf.float32),

@@ -502,7 +502,6 @@ def test_an_empty_batch_or_no_steps_decodes_nothing(batch, max_steps):
 def random_mixture(rng, n, vocab, src_len, oovs):
     """A pointer distribution in parts with repeated source ids, OOV ids and padding."""
     logits = rng.normal(scale=3.0, size=(n, vocab))
-    probs = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
     lengths = rng.integers(1, src_len + 1, size=n)
     lengths[0] = src_len
     mask = np.arange(src_len)[None, :] < lengths[:, None]
@@ -513,7 +512,7 @@ def random_mixture(rng, n, vocab, src_len, oovs):
     attn /= attn.sum(-1, keepdims=True)
     ext = tf.constant(ids, tf.int32)
     slot, first = copy_slots(ext, tf.constant(mask))
-    return Mixture(probs=tf.constant(probs, tf.float32),
+    return Mixture(logits=tf.constant(logits, tf.float32),
                    p_gen=tf.constant(rng.uniform(0.05, 0.95, size=n), tf.float32),
                    attn=tf.constant(attn, tf.float32), ext_ids=ext, slot=slot, first=first,
                    width=tf.constant(vocab + oovs))
@@ -576,7 +575,7 @@ def mixture_step_fn(tables, ext_ids, mask, vocab, oovs, dense):
         idx = tf.stack([art, tf.fill(tf.shape(ids), step), prev, state["sum"] % 2], axis=1)
         rows = tf.gather(ext_ids, art)
         a = tf.nn.softmax(tf.where(tf.gather(mask, art), tf.gather_nd(attn, idx), -1e9))
-        mix = Mixture(probs=tf.nn.softmax(tf.gather_nd(logits, idx)),
+        mix = Mixture(logits=tf.gather_nd(logits, idx),
                       p_gen=tf.sigmoid(tf.cast(state["sum"] % 5 - 2, tf.float32)), attn=a,
                       ext_ids=rows, slot=tf.gather(slot, art), first=tf.gather(first, art),
                       width=tf.constant(vocab + oovs))
