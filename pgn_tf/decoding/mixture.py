@@ -27,16 +27,16 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     L, at the first position of each id). Their log-probabilities, banned ones min(log p,
     -1e9) as `Constraints.apply` leaves them, go to `merge_rows`.
     """
-    probs = tf.nn.softmax(tf.cast(mix.logits, tf.float32))
-    n, v = tf.shape(seq)[0], vocab_width(probs)
+    n, v = tf.shape(seq)[0], vocab_width(mix.logits)
     ban_idx, ban_values = constraints.ban_entries(n, seq, step)
     l_src = tf.shape(mix.ext_ids)[1]
     col = ban_idx[:, 1]
     ban = ban_values <= NEG_INF / 2  # [U]
     in_vocab = col < v
-    # Bans on vocabulary columns: a probability of -1 (below every allowed one).
-    banned_probs = _ban_in_place(probs, n, v, tf.boolean_mask(ban_idx[:, 0], ban & in_vocab),
-                                 tf.boolean_mask(col, ban & in_vocab))
+    # P_vocab with its banned columns at -1 (below every allowed probability).
+    banned_probs = _softmax_banned_in_place(
+        mix.logits, n, tf.boolean_mask(ban_idx[:, 0], ban & in_vocab),
+        tf.boolean_mask(col, ban & in_vocab))
     # Bans on the OOV slots (ids >= V): a [N, M + 1] marker (column 0 a dump for the rest).
     m = tf.maximum(mix.width - v, 0)
     oov_banned = tf.tensor_scatter_nd_max(
@@ -77,18 +77,28 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     return merge_rows(row_scores, tf.gather(cand_ids, pos, batch_dims=1), alive_logp, pool)
 
 
-def _ban_in_place(probs: tf.Tensor, n, v, rows: tf.Tensor, cols: tf.Tensor) -> tf.Tensor:
-    """probs float32 [n, v] with the entries (rows[u], cols[u]) at -1 (below every allowed
-    probability), written into probs' own buffer: a search step's largest tensor, which a
-    scatter would copy first (TensorFlow's CPU scatters never reuse their input's buffer).
-    Only for a probs that no other op reads: mixture_candidates takes the softmax itself for
-    that. The rows and columns are the banned entries only, so every write is the same -1 and
-    repeated entries cannot race."""
+def _softmax_banned_in_place(logits: tf.Tensor, n, rows: tf.Tensor, cols: tf.Tensor):
+    """softmax(logits) float32 [n, V] with the entries (rows[u], cols[u]) at -1, written into
+    the softmax's own buffer: a search step's largest tensor, which a scatter would copy
+    first (TensorFlow's CPU scatters never reuse their input's buffer). The rows and columns
+    are the banned entries only, so every write is the same -1 and repeated entries cannot
+    race.
+
+    `InplaceUpdate` writes into its input whoever else holds it, so the softmax must be this
+    function's alone. Its inputs' other readers are safe (the softmax reuses the logits'
+    buffer only when nothing else holds it); a merge is not: TensorFlow's graph optimizer
+    merges identical ops, and its common-subexpression pass knows nothing of in-place
+    writes, so a softmax of the same logits elsewhere (the dense distribution's) would get
+    the bans. The softmax therefore depends on the bans' indices: it can only merge with one
+    that takes the same bans, whose writes are the same. Past 2**31 entries (the flat index
+    is int32) it refuses with an error."""
+    v = vocab_width(logits)
+    flat = rows * v + cols
     check = tf.debugging.assert_less(
         tf.cast(n, tf.int64) * tf.cast(v, tf.int64), tf.constant(2**31, tf.int64),
         message="the search's hypotheses times the vocabulary must stay under 2**31")
-    with tf.control_dependencies([check]):
-        flat = tf.raw_ops.InplaceUpdate(
-            x=tf.reshape(probs, [-1]), i=rows * v + cols,
-            v=tf.fill(tf.shape(rows), tf.constant(-1.0, probs.dtype)))
-    return tf.reshape(flat, tf.stack([n, v]))
+    with tf.control_dependencies([flat, check]):
+        probs = tf.nn.softmax(tf.cast(logits, tf.float32))
+    banned = tf.raw_ops.InplaceUpdate(x=tf.reshape(probs, [-1]), i=flat,
+                                      v=tf.fill(tf.shape(flat), tf.constant(-1.0, tf.float32)))
+    return tf.reshape(banned, tf.stack([n, v]))

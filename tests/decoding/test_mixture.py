@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.decoding.constraints import Constraints
-from pgn_tf.decoding.mixture import _ban_in_place, mixture_candidates
-from pgn_tf.layers.pointer import Mixture, copy_slots
+from pgn_tf.decoding.mixture import _softmax_banned_in_place, mixture_candidates
+from pgn_tf.layers.pointer import Mixture, copy_slots, dense_distribution
 from tests.decoding.test_search import random_mixture
 
 STOP = 3
@@ -77,10 +77,52 @@ def test_a_search_step_holds_one_vocabulary_sized_buffer():
 def test_the_flat_index_refuses_to_overflow():
     """The in-place write indexes the [N, V] buffer flat, in int32: past 2**31 entries it
     refuses instead of writing elsewhere."""
-    probs = tf.fill([2, 3], 0.5)
+    logits = tf.math.log(tf.constant([[1.0, 2.0, 1.0], [2.0, 1.0, 1.0]]))
     with pytest.raises(tf.errors.InvalidArgumentError, match="under 2\\*\\*31"):
-        _ban_in_place(probs, tf.constant(2**16), tf.constant(2**15), tf.constant([0]),
-                      tf.constant([1]))
-    got = _ban_in_place(tf.fill([2, 3], 0.5), tf.constant(2), tf.constant(3),
-                        tf.constant([1, 0, 1]), tf.constant([2, 0, 2]))
-    np.testing.assert_array_equal(got.numpy(), [[-1, 0.5, 0.5], [0.5, 0.5, -1]])
+        _softmax_banned_in_place(logits, tf.constant(2**31 // 3 + 1), tf.constant([0]),
+                                 tf.constant([1]))
+    got = _softmax_banned_in_place(logits, tf.constant(2), tf.constant([1, 0, 1]),
+                                   tf.constant([2, 0, 2]))
+    np.testing.assert_allclose(got.numpy(), [[-1, 0.5, 0.25], [0.5, 0.25, -1]], rtol=1e-6)
+
+
+@pytest.fixture(params=["grappler", "no grappler"])
+def graph_optimizer(request):
+    """Grappler on (TensorFlow's default) and off: without it only TensorFlow's own graph
+    optimizer runs, whose common-subexpression pass knows nothing of in-place writes."""
+    before = tf.config.optimizer.get_experimental_options()
+    tf.config.optimizer.set_experimental_options(
+        {"disable_meta_optimizer": request.param == "no grappler"})
+    try:
+        yield request.param
+    finally:
+        tf.config.optimizer.set_experimental_options(
+            {"disable_meta_optimizer": before.get("disable_meta_optimizer", False)})
+
+
+def test_a_graph_reading_the_logits_twice_keeps_both_readings(graph_optimizer):
+    """In one tf.function, the dense distribution and two searches' candidates of one Mixture
+    under different constraints: three softmaxes of the same logits, which the graph's
+    optimizers must keep apart (a merge would carry one search's bans to the others). Each
+    equals its eager value, computed apart. It fails when the softmax does not depend on its
+    bans."""
+    rng = np.random.default_rng(3)
+    b, beam, vocab, src_len, oovs, steps = 2, 3, 50, 7, 3, 6
+    mix = random_mixture(rng, b * beam, vocab, src_len, oovs)
+    seq = tf.constant(rng.integers(0, vocab + oovs, size=(b * beam, steps)).astype("int32"))
+    alive = tf.zeros([b, beam])
+    banning, plain = _banning_constraints(vocab), Constraints(STOP)
+
+    @tf.function
+    def three(logits):
+        m = mix._replace(logits=logits * 1.0)  # a tensor of the graph's own
+        return (dense_distribution(m),
+                mixture_candidates(m, banning, seq, tf.constant(4), alive, 2 * beam),
+                mixture_candidates(m, plain, seq, tf.constant(4), alive, 2 * beam))
+
+    dense, got_banning, got_plain = three(mix.logits)
+    np.testing.assert_array_equal(dense.numpy(), dense_distribution(mix).numpy())
+    for got, constraints in ((got_banning, banning), (got_plain, plain)):
+        want = mixture_candidates(mix, constraints, seq, tf.constant(4), alive, 2 * beam)
+        for x, y in zip(got, want):
+            np.testing.assert_array_equal(x.numpy(), y.numpy())

@@ -21,8 +21,8 @@ from pgn_tf.layers.pointer import Mixture, copy_slots  # noqa: E402
 from tests.decoding.test_mixture import _banning_constraints  # noqa: E402
 
 
-def scatter_bans(probs, n, v, rows, cols):
-    return tf.tensor_scatter_nd_min(probs, tf.stack([rows, cols], 1),
+def scatter_bans(logits, n, rows, cols):
+    return tf.tensor_scatter_nd_min(tf.nn.softmax(logits), tf.stack([rows, cols], 1),
                                     tf.fill(tf.shape(rows), -1.0))
 
 
@@ -48,7 +48,7 @@ def step_fn(rng, vocab, b=8, beam=4, src_len=20, hidden=16, steps=12):
 
 def main() -> None:
     if sys.argv[1] == "scatter":
-        mixture._ban_in_place = scatter_bans
+        mixture._softmax_banned_in_place = scatter_bans
     rng = np.random.default_rng(1)
     for vocab in (20000, 40000, 80000):
         step, n = step_fn(rng, vocab)
