@@ -133,6 +133,29 @@ def count_tokens(token_lists: Iterable[Iterable[str]]) -> collections.Counter:
     return counter
 
 
+def first_positions(keys: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+    """For each position i of keys [B, L] (any integer dtype): the first valid position j of
+    its row with keys[j] == keys[i], for a valid i; i itself for an invalid one. int32 [B, L].
+
+    By a stable sort of each row, not the [B, L, L] comparison of every pair: at See et al.'s
+    400-token articles that comparison and its int32 copy were 49 MiB for a batch of 64, the
+    largest temporaries of a search's encoding (docs/records/2026-11-29-decoding-bans-in-place.md).
+    """
+    b, length = tf.shape(keys)[0], tf.shape(keys)[1]
+    order = tf.argsort(keys, axis=1, stable=True)  # equal keys in position order
+    sorted_keys = tf.gather(keys, order, batch_dims=1)
+    new_run = tf.concat([tf.ones([b, 1], tf.bool),
+                         tf.not_equal(sorted_keys[:, 1:], sorted_keys[:, :-1])], axis=1)
+    new_run = new_run[:, :length]  # (no positions: no runs)
+    run = tf.cumsum(tf.cast(new_run, tf.int32), axis=1) - 1 + tf.range(b)[:, None] * length
+    # each run's first valid position (length where it has none)
+    candidate = tf.where(tf.gather(valid, order, batch_dims=1), order, length)
+    first = tf.gather(tf.math.unsorted_segment_min(candidate, run, b * length), run)  # sorted
+    rows = tf.broadcast_to(tf.range(b)[:, None], [b, length])
+    first = tf.scatter_nd(tf.stack([rows, order], axis=2), first, [b, length])  # unsorted
+    return tf.where(valid, first, tf.range(length)[None, :])
+
+
 def extend_vocab(
     enc_tokens: tf.Tensor, enc_ids: tf.Tensor, enc_mask: tf.Tensor, vocab_size: int
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -151,12 +174,9 @@ def extend_vocab(
     """
     enc_ids = tf.cast(enc_ids, tf.int32)
     is_oov = tf.logical_and(tf.equal(enc_ids, UNK_ID), enc_mask)  # [B, L]
-    # Hash once so the O(L^2) comparison is on int64, not strings.
+    # Hashed, so that the OOVs are matched on int64, not strings.
     h = tf.strings.to_hash_bucket_fast(enc_tokens, 2**62)  # [B, L]
-    same = tf.logical_and(
-        tf.equal(h[:, :, None], h[:, None, :]), is_oov[:, None, :]
-    )  # [B, L, L]: same[b,i,j] = token j is an OOV equal to token i
-    first = tf.argmax(tf.cast(same, tf.int32), axis=-1, output_type=tf.int32)  # [B, L]
+    first = first_positions(h, is_oov)  # [B, L]: an OOV's first position
     positions = tf.range(tf.shape(enc_ids)[1])[None, :]
     is_first = tf.logical_and(is_oov, tf.equal(first, positions))  # [B, L]
     rank = tf.cumsum(tf.cast(is_first, tf.int32), axis=1) - 1  # [B, L]: OOV index at firsts

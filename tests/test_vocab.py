@@ -60,3 +60,30 @@ def test_extend_vocab_matches_python_reference():
     words = V.ids_to_words(tf.constant([[8, 4, 7, 99]]), voc.words_tensor, oovs[:1]).numpy()
     assert [w.decode() for w in words[0]] == ["qq", "a", "zed", ""]
     np.testing.assert_array_equal(n.numpy(), [3, 1])
+
+
+def _first_positions_reference(keys, valid):
+    """The first valid j with keys[j] == keys[i] for a valid i, i itself otherwise: every
+    pair compared."""
+    out = np.tile(np.arange(keys.shape[1]), (keys.shape[0], 1))
+    for b, i in zip(*np.nonzero(valid)):
+        out[b, i] = min(j for j in range(keys.shape[1]) if valid[b, j] and keys[b, j] == keys[b, i])
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+@pytest.mark.parametrize("shape", [(4, 30), (3, 1), (2, 0), (0, 5)])
+def test_first_positions_equal_the_pairwise_reference(dtype, shape):
+    """The sorted form (no [B, L, L] comparison) gives what comparing every pair gives:
+    repeated keys, invalid positions among them (never a first), keys large and negative,
+    rows with nothing valid, empty batches and rows."""
+    rng = np.random.default_rng(len(shape) + shape[0] * 7 + shape[1])
+    for _ in range(5):
+        keys = rng.integers(-3, 6, size=shape).astype(dtype)
+        if dtype == "int64" and keys.size:
+            keys[..., 0] = 2**62 - 1  # a hash's range
+        valid = rng.random(shape) < 0.7
+        if shape[0] > 1:
+            valid[1] = False  # a row of padding only
+        got = V.first_positions(tf.constant(keys), tf.constant(valid)).numpy()
+        np.testing.assert_array_equal(got, _first_positions_reference(keys, valid))

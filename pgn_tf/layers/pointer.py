@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from pgn_tf.ops import bincount_grad  # noqa: F401  (registers DenseBincount's gradient)
 from pgn_tf.ops.log_softmax_at import log_softmax_at
+from pgn_tf.vocab import first_positions
 
 _NEG = -1e30  # log-probability of an impossible event; finite, so no inf - inf = NaN
 
@@ -126,11 +127,8 @@ def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tenso
     itself for padding), first[i] that i is a real position and its id's first. Computed once
     an article, for `Mixture`: the copy probability of an id is its attention summed over the
     positions of one slot."""
-    same = tf.equal(ext_ids[:, :, None], ext_ids[:, None, :]) & mask[:, None, :]  # [B, i, j]
-    l_src = tf.shape(ext_ids)[1]
-    slot = tf.where(mask, tf.argmax(tf.cast(same, tf.int32), axis=2, output_type=tf.int32),
-                    tf.range(l_src)[None, :])
-    return slot, mask & tf.equal(slot, tf.range(l_src)[None, :])
+    slot = first_positions(ext_ids, mask)
+    return slot, mask & tf.equal(slot, tf.range(tf.shape(ext_ids)[1])[None, :])
 
 
 def dense_distribution(mix: Mixture) -> tf.Tensor:
