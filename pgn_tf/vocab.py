@@ -134,7 +134,7 @@ def count_tokens(token_lists: Iterable[Iterable[str]]) -> collections.Counter:
 
 
 def first_positions(keys: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-    """For each position i of keys [B, L] (any integer dtype): the first valid position j of
+    """For each position i of integer keys [B, L]: the first valid position j of
     its row with keys[j] == keys[i], for a valid i; i itself for an invalid one. int32 [B, L].
 
     By a stable sort of each row, not the [B, L, L] comparison of every pair: at See et al.'s

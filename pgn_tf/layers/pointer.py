@@ -99,9 +99,9 @@ class Mixture(NamedTuple):
 
     logits float32 [N, V] (P_vocab's, before the softmax: a consumer takes the softmax itself
     and so owns the [N, V] buffer, which the beam search then edits in place); p_gen float32
-    [N]; attn float32 [N, L]; ext_ids int32
-    [N, L] (extended ids of the source positions); slot int32 [N, L] and first bool [N, L]
-    (`copy_slots`); width int32 scalar: V + the OOV slots (the dense distribution's width).
+    [N]; attn float32 [N, L]; ext_ids int32 [N, L] (extended ids of the source positions);
+    slot int32 [N, L] and first bool [N, L] (`copy_slots`); width int32 scalar: V + the OOV
+    slots (the dense distribution's width).
     """
 
     logits: tf.Tensor
@@ -113,12 +113,12 @@ class Mixture(NamedTuple):
     width: tf.Tensor
 
 
-def vocab_width(probs: tf.Tensor):
-    """V, the width of P_vocab float [N, V]: the static width where the graph knows it (the
-    output layer's units), so that no op reads probs for it; a decoding step that edits
-    P_vocab in place needs it to have no other reader (pgn_tf.decoding.mixture)."""
-    width = probs.shape[-1]
-    return tf.constant(width, tf.int32) if width is not None else tf.shape(probs)[-1]
+def vocab_width(x: tf.Tensor):
+    """V, the width of P_vocab or its logits x [N, V]: the static width where the graph knows
+    it (the output layer's units), so that no op reads x for it (a reader holds x's buffer,
+    which the decoding step would otherwise reuse: pgn_tf.decoding.mixture)."""
+    width = x.shape[-1]
+    return tf.constant(width, tf.int32) if width is not None else tf.shape(x)[-1]
 
 
 def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

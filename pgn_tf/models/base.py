@@ -37,8 +37,8 @@ class SummarizationModel(keras.Model):
     @staticmethod
     def mixture(logits, p_gen, attn, enc) -> Mixture:
         """eq. 9's parts for the beam search (layers.pointer.Mixture): P_vocab's logits
-        float32 [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the search's
-        inputs compute them once an article: "copy_slot", "copy_first"), or here."""
+        float32 [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the
+        search's inputs compute them once an article: "copy_slot", "copy_first"), or here."""
         if "copy_slot" in enc:
             slot, first = enc["copy_slot"], enc["copy_first"]
         else:
