@@ -21,6 +21,28 @@ def _banning_constraints(vocab):
                        repeat_exempt=tf.constant(exempt))
 
 
+def search_step(rng, vocab, b=8, beam=4, src_len=20, hidden=16, steps=12):
+    """(a tf.function of one search step's scoring of a Mixture under banning constraints,
+    its logits from an output layer's matmul inside it; N = b * beam, its hypotheses)."""
+    n = b * beam
+    ext = tf.constant(rng.integers(4, vocab, size=(n, src_len)).astype("int32"))
+    slot, first = copy_slots(ext, tf.ones([n, src_len], tf.bool))
+    out = tf.constant(rng.normal(size=(n, hidden)).astype("float32"))
+    kernel = tf.constant(rng.normal(size=(hidden, vocab)).astype("float32"))
+    attn = tf.nn.softmax(tf.constant(rng.normal(size=(n, src_len)).astype("float32")))
+    seq = tf.constant(rng.integers(4, vocab, size=(n, steps)).astype("int32"))
+    constraints = _banning_constraints(vocab)
+
+    @tf.function
+    def step():
+        mix = Mixture(logits=tf.matmul(out, kernel), p_gen=tf.fill([n], 0.5), attn=attn,
+                      ext_ids=ext, slot=slot, first=first, width=tf.constant(vocab))
+        return mixture_candidates(mix, constraints, seq, tf.constant(5), tf.zeros([b, beam]),
+                                  2 * beam)
+
+    return step, n
+
+
 def test_the_callers_mixture_is_left_as_it_was():
     """Eager, as a caller holding the Mixture runs it: the logits are not edited (the bans go
     into the softmax mixture_candidates takes), so a second call gives the same result."""
@@ -46,24 +68,8 @@ def test_a_search_step_holds_one_vocabulary_sized_buffer():
     the chunks it hands out: a free chunk under twice a request serves it whole, so one buffer
     counts as less than two (1.64 here) and two as at least two (2.64 with a scatter). The rest
     of the step is [N, L] and [N, pool] tensors."""
-    rng = np.random.default_rng(1)
-    b, beam, vocab, src_len, hidden, steps = 8, 4, 40000, 20, 16, 12
-    n = b * beam
-    ext = tf.constant(rng.integers(4, vocab, size=(n, src_len)).astype("int32"))
-    slot, first = copy_slots(ext, tf.ones([n, src_len], tf.bool))
-    out = tf.constant(rng.normal(size=(n, hidden)).astype("float32"))
-    kernel = tf.constant(rng.normal(size=(hidden, vocab)).astype("float32"))
-    attn = tf.nn.softmax(tf.constant(rng.normal(size=(n, src_len)).astype("float32")))
-    seq = tf.constant(rng.integers(4, vocab, size=(n, steps)).astype("int32"))
-    constraints = _banning_constraints(vocab)
-
-    @tf.function
-    def step():
-        mix = Mixture(logits=tf.matmul(out, kernel), p_gen=tf.fill([n], 0.5), attn=attn,
-                      ext_ids=ext, slot=slot, first=first, width=tf.constant(vocab))
-        return mixture_candidates(mix, constraints, seq, tf.constant(5), tf.zeros([b, beam]),
-                                  2 * beam)
-
+    vocab = 40000
+    step, n = search_step(np.random.default_rng(1), vocab)
     want = [x.numpy() for x in step()]
     tf.config.experimental.reset_memory_stats("CPU:0")
     held = tf.config.experimental.get_memory_info("CPU:0")["current"]
