@@ -19,6 +19,7 @@ import apache_beam as beam
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineRunner
 
 from pgn_tf.data.example import ReadStats
 from pgn_tf.utils.errors import UserError
@@ -34,9 +35,30 @@ MAX_BUCKETS = 4096
 # Shared with pgn_tf.pipelines.summarize.
 
 DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"
+IN_PROCESS_RUNNER = "pgn_tf.pipelines.portable.InProcessRunner"
 # Beam's create_runner knows DirectRunner, DataflowRunner, ... by their short names, but not
-# the DaskRunner: --runner DaskRunner is mapped here.
-RUNNERS = {"DaskRunner": DASK_RUNNER}
+# the DaskRunner: --runner DaskRunner is mapped here. DirectRunner is mapped to InProcessRunner:
+# Beam's own (2.77) first tries its Prism runner, which downloads a Go binary from GitHub at
+# run time and runs the pipeline in it, and only falls back to the in-process runner when that
+# fails. Nothing here downloads at run time, and the runner the tests run is the one users
+# get. `--runner PrismRunner` still asks for Prism by name.
+RUNNERS = {"DaskRunner": DASK_RUNNER, "DirectRunner": IN_PROCESS_RUNNER}
+
+
+class InProcessRunner(PipelineRunner):
+    """--runner DirectRunner: Beam's Python FnApiRunner in this process, given the pipeline's
+    options as Beam's DirectRunner gives them when it picks that runner (the runner its
+    fallback chooses for a batch pipeline, without the Prism attempt before it)."""
+
+    def run_pipeline(self, pipeline, options):
+        from apache_beam.portability.api import beam_provision_api_pb2
+        from apache_beam.runners.portability.fn_api_runner import fn_runner
+        from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+        encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+        info = fn_runner.ExtendedProvisionInfo(
+            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded))
+        return fn_runner.FnApiRunner(provision_info=info).run_pipeline(pipeline, options)
 
 
 class Count(NamedTuple):
@@ -202,7 +224,8 @@ def remove_temporaries(directory: str, name_prefix: str = "") -> None:
 
 
 def runner_name(runner: str) -> str:
-    """--runner as Beam's create_runner takes it (DaskRunner -> its module path)."""
+    """--runner as Beam's create_runner takes it (DaskRunner and DirectRunner -> the module
+    paths of the runners they name here: RUNNERS)."""
     return RUNNERS.get(runner, runner)
 
 

@@ -80,6 +80,18 @@ def test_jsonl_counts_add_up_and_output_trains(tmp_path):
         assert n == len(by_id[i.decode()].article.split())  # plain space-separated words here
 
 
+def test_the_direct_runner_runs_in_process_and_never_tries_prism(tmp_path, prism_attempts):
+    """Beam's own DirectRunner (2.77) first tries its Prism runner, which downloads a binary
+    from GitHub at run time; --runner DirectRunner here is the in-process runner alone."""
+    assert (portable.pipeline_options("DirectRunner", [], "preprocess").get_all_options()
+            ["runner"] == portable.IN_PROCESS_RUNNER)
+    src = tmp_path / "c.jsonl.gz"
+    write_jsonl(src, [{"id": f"d{i}", "article": f"a b {i} .", "summary": "a"} for i in range(5)])
+    stats = run(tmp_path, "--input", str(src), "--format", "jsonl", "--output_dir",
+                str(tmp_path / "out"), "--vocab_size", "10")
+    assert stats["read"] == 5 and prism_attempts == []
+
+
 def test_story_dir_with_url_lists(tmp_path):
     stories = tmp_path / "stories"
     stories.mkdir()
