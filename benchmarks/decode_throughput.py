@@ -85,7 +85,7 @@ def main() -> None:
     for beam in a.beams:
         request = DecodeRequest(beam_size=beam, max_steps=max_steps, min_steps=min_steps)
         fn = tf.function(lambda x, r=request: summarizer.summarize(x, r)["summaries"],
-                         input_signature=[tf.TensorSpec([None], tf.string)])
+                         input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
 
         def run(x, fn=fn):
             return fn(tf.constant(x))

@@ -74,7 +74,7 @@ def decode_speed(trainer: Trainer, cfg: config_lib.Config, articles: list[str], 
     summarizer = Summarizer(trainer.model, trainer.vocab, cfg)
     batch = cfg.decode.batch_size
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
     def run(x):
         return summarizer.summarize(x, DecodeRequest(beam, length, length))["length"]
 

@@ -111,7 +111,7 @@ class TokenizeBatch(beam.DoFn):
                     text.tokenize(summaries, self.lowercase, self.replace_digits))
 
         spec = tf.TensorSpec([None], tf.string)
-        self._tokenize = tf.function(fn, input_signature=[spec, spec])
+        self._tokenize = tf.function(fn, input_signature=[spec, spec], autograph=False)
 
     def process(self, batch: list[Example]):
         arts, sums = self._tokenize([e.article.encode() for e in batch],

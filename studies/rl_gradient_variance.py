@@ -77,7 +77,7 @@ def measure(model_dir: str, data: str, batches: int, samples: int, batch_size: i
     objective = objectives.build(rl_cfg)  # gamma = 1: the self-critical term alone
     variables = model.trainable_variables
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def rl_grad(batch):
         with tf.GradientTape() as tape:
             terms = objective.rl_terms(model, batch)
@@ -85,7 +85,7 @@ def measure(model_dir: str, data: str, batches: int, samples: int, batch_size: i
         return (tape.gradient(loss, variables), terms["advantage_zero"], terms["reward_sample"],
                 terms["reward_greedy"])
 
-    @tf.function(reduce_retracing=True)
+    @tf.function(reduce_retracing=True, autograph=False)
     def ml_grad(batch):
         with tf.GradientTape() as tape:
             loss = tf.reduce_mean(objective.ml(model, batch, training=False)["total"])

@@ -55,7 +55,7 @@ def perplexity(model, vocab, cfg: config_lib.Config, examples: list[Example],
     ds = dataset.batch_records(records, vocab, cfg.data, batch_size, cfg.model.pointer_gen,
                                training=False, drop_empty=True).map(dataset.model_features)
 
-    @tf.function(reduce_retracing=True)  # batches are padded to their own lengths
+    @tf.function(reduce_retracing=True, autograph=False)  # batches are padded to their own lengths
     def nll_sum(batch):
         log_p = model.token_log_probs(batch, model(batch, training=False))
         nll = objectives.sequence_nll(log_p, batch["dec_len"], "sum")

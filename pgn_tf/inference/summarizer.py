@@ -62,10 +62,11 @@ class CompiledCalls:
             keys, plain = _request_keys(request), key[0]
             summarize = self.summarize
             if weights is None:
-                fn = tf.function(lambda a: _pick(summarize(a, plain), keys))
+                fn = tf.function(lambda a: _pick(summarize(a, plain), keys), autograph=False)
             else:
                 fn = tf.function(lambda a, w: _pick(
-                    summarize(a, dataclasses.replace(plain, feature_weights=w)), keys))
+                    summarize(a, dataclasses.replace(plain, feature_weights=w)), keys),
+                    autograph=False)
             self.fns[key] = fn
         if weights is None:
             return fn(articles)
@@ -207,7 +208,7 @@ class Summarizer(SummarizerAPI, tf.Module):
             return step
         steps = self.__dict__.setdefault("_jit_steps", {})  # not a tracked attribute
         if mixture not in steps:
-            steps[mixture] = tf.function(step, jit_compile=True)
+            steps[mixture] = tf.function(step, jit_compile=True, autograph=False)
         return steps[mixture]
 
     def summarize(self, articles, request: DecodeRequest | None = None) -> dict:

@@ -135,19 +135,19 @@ def build_archive(summarizer: Summarizer, limits: dict | None = None) -> keras.e
     articles = tf.TensorSpec([None], tf.string, name=ARTICLES)
     scalar = lambda name: tf.TensorSpec([], tf.int32, name=name)  # noqa: E731
 
-    @tf.function(input_signature=[articles])
+    @tf.function(input_signature=[articles], autograph=False)
     def serve(articles):
         out = summarizer.summarize(articles)
         return {"summaries": out["summaries"], "scores": out["scores"]}
 
-    @tf.function(input_signature=[articles])
+    @tf.function(input_signature=[articles], autograph=False)
     def verbose(articles):
         out = summarizer.summarize(articles, DecodeRequest(attention=True))
         return {k: out[k] for k in ("summaries", "scores", "tokens", "attention", "p_gen",
                                     "raw_summaries", "raw_tokens")}
 
     @tf.function(input_signature=[articles, scalar(BEAM_SIZE), scalar(MAX_DECODE_STEPS),
-                                  scalar(MIN_DECODE_STEPS)])
+                                  scalar(MIN_DECODE_STEPS)], autograph=False)
     def options(articles, beam_size, max_decode_steps, min_decode_steps):
         beam_size, max_decode_steps, min_decode_steps = _checked_options(
             limits, beam_size, max_decode_steps, min_decode_steps)

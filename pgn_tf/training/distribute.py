@@ -29,7 +29,7 @@ def worker_role(strategy: tf.distribute.Strategy) -> tuple[bool, int]:
 def barrier(strategy: tf.distribute.Strategy) -> None:
     """Returns when every worker has reached it (one all-reduce of a scalar)."""
     tf.function(lambda: strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)),
-                                        axis=None))()
+                                        axis=None), autograph=False)()
 
 
 def set_cpu_devices(n: int) -> None:

@@ -218,13 +218,14 @@ class Trainer:
         jit_compile (one replica only, see __init__) XLA compiles it once per batch shape."""
         strategy = self.strategy
         if strategy.num_replicas_in_sync == 1:
-            return tf.function(fn, input_signature=[element_spec], jit_compile=jit_compile)
+            return tf.function(fn, input_signature=[element_spec], jit_compile=jit_compile,
+                               autograph=False)
 
         def step(b):
             per_replica = strategy.run(fn, args=(b,))
             return {k: strategy.reduce("SUM", v, axis=None) for k, v in per_replica.items()}
 
-        return tf.function(step, input_signature=[element_spec])
+        return tf.function(step, input_signature=[element_spec], autograph=False)
 
     def train_step(self, batch) -> dict:
         if self._train_step is None:
@@ -329,7 +330,7 @@ class Trainer:
             def replica_fn(x):
                 return tf.distribute.get_replica_context().all_reduce("SUM", x * weight)
 
-            @tf.function(input_signature=[tf.TensorSpec([None], tf.float64)])
+            @tf.function(input_signature=[tf.TensorSpec([None], tf.float64)], autograph=False)
             def broadcast(x):  # float64 [k] -> [k]
                 return strategy.experimental_local_results(strategy.run(replica_fn, args=(x,)))[0]
 

@@ -55,7 +55,7 @@ def log_samples(trainer, step: int, num: int = 3) -> None:
                 break
         summarizer = Summarizer(trainer.model, trainer.vocab, trainer.cfg)
         fn = tf.function(lambda a: summarizer.summarize(a, DecodeRequest(attention=True)),
-                         input_signature=[tf.TensorSpec([None], tf.string)])
+                         input_signature=[tf.TensorSpec([None], tf.string)], autograph=False)
         trainer._samples = (examples, fn)
     examples, fn = trainer._samples
     if not examples:
