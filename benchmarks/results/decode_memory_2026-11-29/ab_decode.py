@@ -41,8 +41,10 @@ print("RESULT " + json.dumps({"pgn_tf": pgn_tf.__file__, "seconds": round(sec, 2
 '''
 
 
-def run(checkout, model_dir, data, out):
-    proc = subprocess.run([sys.executable, "-c", CHILD, model_dir, data, out], cwd=checkout,
+def run(checkout, model_dir, data, out, child=CHILD):
+    """`child` (a program printing one RESULT line) in a fresh process that imports pgn_tf from
+    `checkout`, with MODEL_DIR DATA OUT as its arguments: the RESULT's JSON."""
+    proc = subprocess.run([sys.executable, "-c", child, model_dir, data, out], cwd=checkout,
                           env={**os.environ, "PYTHONPATH": checkout, "TF_CPP_MIN_LOG_LEVEL": "2"},
                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]

@@ -9,11 +9,18 @@ seconds and whether both sides' exports wrote the same summaries for the same ar
 MODEL_DIR: a trained model dir; CORPUS_DIR: a synthetic corpus (pgn_tf.data.synthetic).
 """
 
+import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
+
+# The fresh-process runner of ../decode_memory_2026-11-29/ab_decode.py, given this CHILD.
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location(
+    "ab_decode", os.path.join(HERE, "..", "decode_memory_2026-11-29", "ab_decode.py"))
+ab_decode = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ab_decode)
 
 CHILD = r'''
 import json, os, sys, time
@@ -50,13 +57,7 @@ print("RESULT " + json.dumps({"pgn_tf": pgn_tf.__file__, **times}))
 def run(checkout, model_dir, corpus, out):
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
-    proc = subprocess.run([sys.executable, "-c", CHILD, model_dir, corpus, out], cwd=checkout,
-                          env={**os.environ, "PYTHONPATH": checkout, "TF_CPP_MIN_LOG_LEVEL": "2"},
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
-    if proc.returncode or not line:
-        sys.exit(proc.stdout[-3000:])
-    return json.loads(line[-1][7:])
+    return ab_decode.run(checkout, model_dir, corpus, out, child=CHILD)
 
 
 def main():
