@@ -36,6 +36,7 @@ MODEL_FEATURES = ("enc_ids", "enc_ext_ids", "enc_len", "num_oovs", "dec_input", 
                   "dec_len")
 
 
+@tf.autograph.experimental.do_not_convert
 def model_features(batch: dict) -> dict:
     """A batch (module docstring) -> the MODEL_FEATURES only."""
     return {k: batch[k] for k in MODEL_FEATURES}
@@ -123,6 +124,7 @@ def shard_by_data(ds: tf.data.Dataset) -> tf.data.Dataset:
 def tokenize_fn(cfg: DataConfig):
     """Per-example map: raw strings -> article tokens [<= L] and summary tokens [<= T]."""
 
+    @tf.autograph.experimental.do_not_convert
     def fn(record: dict) -> dict:
         article = text.tokenize(
             record["article"], cfg.lowercase, cfg.replace_digits, max_chars=cfg.max_enc_steps * 20
@@ -249,6 +251,7 @@ def make_dataset(
     return batch_tokens(ds, vocab, cfg, batch_size, pointer_gen, training, fixed_shapes)
 
 
+@tf.autograph.experimental.do_not_convert
 def usable(record: dict) -> tf.Tensor:
     """bool []: the tokenized example has an article and a summary token."""
     return tf.logical_and(tf.size(record["enc_tokens"]) > 0, tf.size(record["dec_tokens"]) > 0)
@@ -261,7 +264,7 @@ def require_usable_example(files: list[str], cfg: DataConfig) -> None:
     example it would spin at 100% CPU and never yield a batch. One pass in file order stops at
     the first usable record, so on real data this reads a few records."""
     found = (tfrecord.read_records(files).map(tfrecord.parse).map(tokenize_fn(cfg))
-             .filter(usable).take(1).reduce(0, lambda n, _: n + 1))
+             .filter(usable).take(1).reduce(0, tfrecord.count))
     if int(found) == 0:
         raise ValueError(f"training data ({len(files)} file(s), first {files[0]}) holds no example "
                          f"whose article and summary both have a token; are the summaries empty?")
@@ -308,11 +311,13 @@ def bucket_batch(ds: tf.data.Dataset, cfg: DataConfig, batch_size: int, padded_s
     dec_b = tf.constant(dec_bounds, tf.int64)
     n_dec = len(dec_bounds)
 
+    @tf.autograph.experimental.do_not_convert
     def key(d):  # int64 []: article bucket * n_dec + summary bucket
         e = tf.reduce_sum(tf.cast(tf.size(d["enc_tokens"], tf.int64) > enc_b[:-1], tf.int64))
         t = tf.reduce_sum(tf.cast(tf.size(d["dec_tokens"], tf.int64) > dec_b[:-1], tf.int64))
         return e * n_dec + t
 
+    @tf.autograph.experimental.do_not_convert
     def reduce(k, window):
         shapes = padded_shapes
         if fixed_shapes:
@@ -339,7 +344,8 @@ def batch_tokens(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, b
             batch_size, padded_shapes=pad, padding_values=pad_values, drop_remainder=training
         )
     ds = ds.map(
-        lambda b: encode_batch(b, vocab, cfg.max_dec_steps, pointer_gen),
+        tf.autograph.experimental.do_not_convert(
+            lambda b: encode_batch(b, vocab, cfg.max_dec_steps, pointer_gen)),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
@@ -352,6 +358,7 @@ def build_vocab(files: list[str], cfg: DataConfig, verbose: int | None = None) -
 
     counter: collections.Counter = collections.Counter()
 
+    @tf.autograph.experimental.do_not_convert
     def tokens(d: dict) -> tuple[tf.Tensor, tf.Tensor]:
         """A batch of records -> (its size, every article and summary token: string [N])."""
         summaries = tf.strings.regex_replace(d["summary"], "\n", " ")

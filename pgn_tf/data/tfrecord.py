@@ -70,6 +70,7 @@ def write_tfrecords(examples: Iterable[Example], prefix: str, num_shards: int = 
     return names
 
 
+@tf.autograph.experimental.do_not_convert
 def parse(serialized: tf.Tensor) -> dict:
     return tf.io.parse_single_example(serialized, FEATURES)
 
@@ -78,6 +79,7 @@ def file_sizes(files: list[str]) -> list[int]:
     return [tf.io.gfile.stat(fn).length for fn in files]
 
 
+@tf.autograph.experimental.do_not_convert  # and the functions it hands tf.data (inside it)
 def checked_records(filename: tf.Tensor, size: tf.Tensor) -> tf.data.Dataset:
     """The records of one file (string scalars), each CRC-checked by TF's reader as it is read;
     a corrupt or truncated record, or a file that ends early, raises InvalidArgumentError
@@ -201,6 +203,12 @@ def check_tfrecords(files: list[str]) -> int:
     return nonempty
 
 
+@tf.autograph.experimental.do_not_convert
+def count(n, _):
+    """A reduce function: the number of elements (n + 1 for each)."""
+    return n + 1
+
+
 def validate_tfrecords(files: list[str]) -> int:
     """Reads every record (CRC-checked by TF) and parses one; returns the record count.
 
@@ -210,7 +218,7 @@ def validate_tfrecords(files: list[str]) -> int:
     total = 0
     for fn in files:
         try:
-            total += int(read_records([fn]).reduce(tf.constant(0, tf.int64), lambda c, _: c + 1))
+            total += int(read_records([fn]).reduce(tf.constant(0, tf.int64), count))
         except tf.errors.InvalidArgumentError as e:
             raise ValueError(read_error(e) or _first_line(e)) from None
     return total
