@@ -1,0 +1,9 @@
+cd /work/main
+for side in before after after before; do
+  if [ $side = before ]; then export TF_NUM_INTRAOP_THREADS=0; else unset TF_NUM_INTRAOP_THREADS; fi
+  s=$(date +%s.%N)
+  python -m pytest -q -p no:cacheprovider tests/test_train.py > /tmp/ab_threads_$side.log 2>&1
+  rc=$?
+  e=$(date +%s.%N)
+  echo "$side rc=$rc $(python -c "print(round($e-$s,1))") s $(tail -1 /tmp/ab_threads_$side.log)"
+done
