@@ -46,11 +46,9 @@ class BahdanauAttention(keras.layers.Layer):
       >>> feats = att.precompute(tf.zeros([2, 5, 8]))
     """
 
-    # A beam search's [B, L, A] sum over this many bytes is formed in this many pieces
-    # (`_beam_scores`): 4 articles a piece at the reference sizes (batch 64, 100 tokens); one
-    # article's search at the See et al. sizes (400 tokens, beam 4, A = 512) stays whole.
-    BEAM_PIECES = 16
-    BEAM_PIECE_MIN_BYTES = 4 << 20
+    # The size of a beam search's pieces of the [B, L, A] sum (`_beam_scores`): a few MiB,
+    # within a CPU's last-level cache, and a few articles at the reference sizes.
+    BEAM_PIECE_BYTES = 4 << 20
 
     def __init__(self, attn_dim: int, use_coverage: bool = False, **kwargs):
         super().__init__(**kwargs)
@@ -87,8 +85,8 @@ class BahdanauAttention(keras.layers.Layer):
 
         beams: enc_features holds each article once, [b, L, A], and the B = b*K rows of
         query, coverage and enc_mask are its K hypotheses in turn (a beam search's rows):
-        W_h h_i is broadcast over them instead of tiled (K times less memory held), and a
-        large sum is formed in pieces of articles (`_beam_scores`)."""
+        W_h h_i is broadcast over them instead of tiled (K times less memory held), and the
+        sum is formed a piece of articles at a time (`_beam_scores`)."""
         q = self.w_s(query)  # [B, A]
         covered = self.use_coverage and coverage is not None
         if beams:
@@ -107,38 +105,36 @@ class BahdanauAttention(keras.layers.Layer):
     def _beam_scores(self, enc_features, q, coverage):
         """e^t (eq. 11) of a beam search's B = b*K rows, float [B, L], from enc_features
         [b, L, A] held once an article, q = W_s s_t + b_attn [B, A] and coverage [B, L] or
-        None. Where the [B, L, A] sum, a search step's largest tensor, is over
-        BEAM_PIECE_MIN_BYTES, it is formed in BEAM_PIECES pieces of whole articles: each
-        piece's ops (the adds, tanh, the product with v) are independent of the others', so
-        TensorFlow's executor runs pieces side by side on the CPU's cores, where one
-        element-wise op over the whole sum kept them less busy (docs/performance.md). A loop
-        over pieces, one at a time, was no faster than the whole sum. Only [b, L, ...] slices
-        are cut: q is formed for every row at once (a matmul's rounding may follow its row
-        count), so each position's score is the same whatever piece it falls in
-        (tests/layers/test_attention.py).
+        None, in pieces of whole articles of about BEAM_PIECE_BYTES each: a piece's passes
+        over its sum (the adds, tanh, the product with v) then run in the CPU's cache, where
+        the whole [B, L, A] sum, a search step's largest tensor, would stream through memory
+        in each (docs/performance.md). Only [b, L, ...] slices are cut: q is formed for every
+        row at once (a matmul's rounding may follow its row count), and each position's score
+        is the same whatever piece it falls in (tests/layers/test_attention.py).
 
         Under XLA (decode.jit_step) the sum is formed whole: XLA fuses those passes itself."""
         a = tf.shape(enc_features)
         b, length = a[0], a[1]
         k = tf.shape(q)[0] // tf.maximum(b, 1)
-
-        def whole():
-            return tf.reshape(self._beam_piece(enc_features, q, coverage), [-1, length])
-
         if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-            return whole()
-        n = self.BEAM_PIECES
+            return tf.reshape(self._beam_piece(enc_features, q, coverage), [-1, length])
+        per_article = tf.cast(k * length * a[2] * enc_features.dtype.size, tf.int64)
+        n_art = tf.cast(tf.clip_by_value(  # whole articles a piece, 1 to b
+            tf.constant(self.BEAM_PIECE_BYTES, tf.int64) // tf.maximum(per_article, 1),
+            1, tf.cast(tf.maximum(b, 1), tf.int64)), tf.int32)
+        pieces = tf.maximum((b + n_art - 1) // n_art, 1)
 
-        def pieces():
-            arts = b // n + tf.cast(tf.range(n) < b % n, tf.int32)  # articles a piece
-            feats, qs = tf.split(enc_features, arts, num=n), tf.split(q, arts * k, num=n)
-            covs = [None] * n if coverage is None else tf.split(coverage, arts * k, num=n)
-            return tf.concat([tf.reshape(self._beam_piece(f, r, c), [-1, length])
-                              for f, r, c in zip(feats, qs, covs)], 0)
+        def piece(i, out):
+            lo, hi = i * n_art, tf.minimum(b, (i + 1) * n_art)
+            cov = None if coverage is None else coverage[lo * k:hi * k]
+            return i + 1, out.write(i, tf.reshape(
+                self._beam_piece(enc_features[lo:hi], q[lo * k:hi * k], cov), [-1, length]))
 
-        size = (tf.cast(tf.shape(q)[0], tf.int64) * tf.cast(length, tf.int64)
-                * tf.cast(a[2], tf.int64) * enc_features.dtype.size)
-        return tf.cond(size > self.BEAM_PIECE_MIN_BYTES, pieces, whole)
+        out = tf.TensorArray(enc_features.dtype, size=pieces, infer_shape=False,
+                             element_shape=tf.TensorShape([None, None]))
+        _, out = tf.while_loop(lambda i, _: i < pieces, piece, (tf.constant(0), out),
+                               parallel_iterations=1)
+        return out.concat()
 
     def _beam_piece(self, enc_features, q, coverage):
         """_beam_scores' [b*K*L, 1] scores of one piece ([b, L, A], [b*K, A], [b*K, L] or
