@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # whether a trace is XLA's (no public API)
 
 
 def masked_softmax(scores: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
@@ -45,10 +44,6 @@ class BahdanauAttention(keras.layers.Layer):
       >>> att.build((None, None, 8), 6)
       >>> feats = att.precompute(tf.zeros([2, 5, 8]))
     """
-
-    # The size of a beam search's pieces of the [B, L, A] sum (`_beam_scores`): a few MiB,
-    # within a CPU's last-level cache, and a few articles at the reference sizes.
-    BEAM_PIECE_BYTES = 4 << 20
 
     def __init__(self, attn_dim: int, use_coverage: bool = False, **kwargs):
         super().__init__(**kwargs)
@@ -85,71 +80,32 @@ class BahdanauAttention(keras.layers.Layer):
 
         beams: enc_features holds each article once, [b, L, A], and the B = b*K rows of
         query, coverage and enc_mask are its K hypotheses in turn (a beam search's rows):
-        W_h h_i is broadcast over them instead of tiled (K times less memory held), and the
-        sum is formed a piece of articles at a time (`_beam_scores`)."""
+        W_h h_i is broadcast over them instead of tiled (K times less memory held). There the
+        sum is formed in one [B, L, A] buffer, the largest of a search step: c_i w_c first,
+        then W_h h_i and W_s s_t added into it (each add takes over its full-size input's
+        buffer). The Snapshot between the adds (a no-op that hands its input on) keeps
+        grappler's arithmetic optimizer from regrouping them to add the two small operands
+        first, which would hold two such buffers at once. Nothing else reads the sum (its
+        [B, L] shape comes from the mask): a Shape op still to run on it would keep tanh from
+        taking its buffer over, which happened or not with the executor's order."""
         q = self.w_s(query)  # [B, A]
         covered = self.use_coverage and coverage is not None
         if beams:
-            return masked_softmax(self._beam_scores(enc_features, q, coverage if covered
-                                                    else None), enc_mask)  # [B, L]
-        feats = enc_features + tf.expand_dims(q, 1)  # [B, L, A]
-        if covered:
-            feats = feats + self._coverage_term(coverage, feats.dtype, tf.shape(enc_features))
-        return masked_softmax(tf.reshape(self._scores(feats), tf.shape(enc_mask)), enc_mask)
-
-    def _scores(self, feats):
-        """v^T tanh(feats) (eq. 11's outer part): feats [..., A] -> [N, 1], N the positions."""
+            a = tf.shape(enc_features)
+            feats = tf.expand_dims(enc_features, 1)  # [b, 1, L, A]
+            if covered:  # c_i w_c first, then the two broadcast adds into its buffer
+                feats = tf.raw_ops.Snapshot(input=self._coverage_term(
+                    coverage, feats.dtype, [a[0], -1, a[1], a[2]]) + feats)
+            feats = tf.reshape(feats + tf.reshape(q, [a[0], -1, 1, a[2]]),
+                               [-1, a[1], a[2]])  # [b, K, L, A] -> [B, L, A]
+        else:
+            feats = enc_features + tf.expand_dims(q, 1)  # [B, L, A]
+            if covered:
+                feats = feats + self._coverage_term(coverage, feats.dtype,
+                                                    tf.shape(enc_features))
         v = tf.cast(self.v, feats.dtype)
-        return tf.matmul(tf.reshape(tf.tanh(feats), [-1, self.attn_dim]), v[:, None])
-
-    def _beam_scores(self, enc_features, q, coverage):
-        """e^t (eq. 11) of a beam search's B = b*K rows, float [B, L], from enc_features
-        [b, L, A] held once an article, q = W_s s_t + b_attn [B, A] and coverage [B, L] or
-        None, in pieces of whole articles of about BEAM_PIECE_BYTES each: a piece's passes
-        over its sum (the adds, tanh, the product with v) then run in the CPU's cache, where
-        the whole [B, L, A] sum, a search step's largest tensor, would stream through memory
-        in each (docs/performance.md). Only [b, L, ...] slices are cut: q is formed for every
-        row at once (a matmul's rounding may follow its row count), and each position's score
-        is the same whatever piece it falls in (tests/layers/test_attention.py).
-
-        Under XLA (decode.jit_step) the sum is formed whole: XLA fuses those passes itself."""
-        a = tf.shape(enc_features)
-        b, length = a[0], a[1]
-        k = tf.shape(q)[0] // tf.maximum(b, 1)
-        if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
-            return tf.reshape(self._beam_piece(enc_features, q, coverage), [-1, length])
-        per_article = tf.cast(k * length * a[2] * enc_features.dtype.size, tf.int64)
-        n_art = tf.cast(tf.clip_by_value(  # whole articles a piece, 1 to b
-            tf.constant(self.BEAM_PIECE_BYTES, tf.int64) // tf.maximum(per_article, 1),
-            1, tf.cast(tf.maximum(b, 1), tf.int64)), tf.int32)
-        pieces = tf.maximum((b + n_art - 1) // n_art, 1)
-
-        def piece(i, out):
-            lo, hi = i * n_art, tf.minimum(b, (i + 1) * n_art)
-            cov = None if coverage is None else coverage[lo * k:hi * k]
-            return i + 1, out.write(i, tf.reshape(
-                self._beam_piece(enc_features[lo:hi], q[lo * k:hi * k], cov), [-1, length]))
-
-        out = tf.TensorArray(enc_features.dtype, size=pieces, infer_shape=False,
-                             element_shape=tf.TensorShape([None, None]))
-        _, out = tf.while_loop(lambda i, _: i < pieces, piece, (tf.constant(0), out),
-                               parallel_iterations=1)
-        return out.concat()
-
-    def _beam_piece(self, enc_features, q, coverage):
-        """_beam_scores' [b*K*L, 1] scores of one piece ([b, L, A], [b*K, A], [b*K, L] or
-        None). The sum is formed in one [b*K, L, A] buffer: c_i w_c first, then W_h h_i and
-        W_s s_t added into it (each add takes over its full-size input's buffer). The Snapshot
-        between the adds (a no-op that hands its input on) keeps grappler's arithmetic
-        optimizer from regrouping them to add the two small operands first, which would hold
-        two such buffers at once. Nothing else reads the sum: a Shape op still to run on it
-        would keep tanh from taking its buffer over."""
-        a = tf.shape(enc_features)
-        feats = tf.expand_dims(enc_features, 1)  # [b, 1, L, A]
-        if coverage is not None:  # c_i w_c first, then the two broadcast adds into its buffer
-            feats = tf.raw_ops.Snapshot(input=self._coverage_term(
-                coverage, feats.dtype, [a[0], -1, a[1], a[2]]) + feats)
-        return self._scores(feats + tf.reshape(q, [a[0], -1, 1, a[2]]))  # [b, K, L, A]
+        scores = tf.matmul(tf.reshape(tf.tanh(feats), [-1, self.attn_dim]), v[:, None])
+        return masked_softmax(tf.reshape(scores, tf.shape(enc_mask)), enc_mask)  # [B, L]
 
     def call(self, enc_features, enc_outputs, enc_mask, query, coverage=None,
              beams: bool = False):
