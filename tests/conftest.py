@@ -11,13 +11,6 @@ import os
 import shutil
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-# Each xdist worker's TensorFlow (and the processes its tests start) runs its ops on its share
-# of the cores, not on all of them: two workers each spreading every op over both cores of a
-# 2-core machine contend for them (docs/design.md, the suite's two workers). Read by
-# TensorFlow when it first builds its thread pools; a value set outside the run wins (0: all).
-if "PYTEST_XDIST_WORKER_COUNT" in os.environ:
-    os.environ.setdefault("TF_NUM_INTRAOP_THREADS", str(max(
-        1, len(os.sched_getaffinity(0)) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))))
 
 import pytest  # noqa: E402
 
