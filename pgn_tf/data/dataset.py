@@ -10,6 +10,11 @@ Batch features (B = batch, L = article tokens, T = decoder steps, M = article OO
     oovs         string [B, M]  the article's OOV words, first-occurrence order
     num_oovs     int32  [B]
     article, summary, id  string [B]  raw text, for evaluation and TensorBoard samples
+
+Every function handed to tf.data here and in tfrecord is marked
+`tf.autograph.experimental.do_not_convert`: tf.data would otherwise rewrite it (and all it
+calls) with autograph before tracing (docs/design.md, "Tracing without autograph";
+tests/data/test_dataset_no_autograph.py).
 """
 
 from __future__ import annotations
