@@ -3,24 +3,11 @@ the layer's loop over pieces of about 4 MiB, static splits into P pieces, and th
 
     B=64 L=100 python attn_variants.py
 """
-import os
-import time
-
-from pgn_tf.utils import onednn
-
-onednn.start()
+# this folder's script first: it starts oneDNN before TensorFlow loads
+from attn_chunks import att, best_ms, cov, feats, mask, query  # isort: skip
 import tensorflow as tf  # noqa: E402
 
-from pgn_tf.layers.attention import BahdanauAttention, masked_softmax  # noqa: E402
-
-b, K, L, A, Q = int(os.environ.get("B", 64)), 4, int(os.environ.get("L", 100)), 256, 512
-att = BahdanauAttention(A, use_coverage=True)
-att.build((None, None, 256), Q)
-att.w_c.assign(tf.random.normal([A]) * 0.1)
-feats = tf.random.normal([b, L, A])
-mask = tf.ones([b * K, L], tf.bool)
-query = tf.random.normal([b * K, Q])
-cov = tf.random.uniform([b * K, L])
+from pgn_tf.layers.attention import masked_softmax  # noqa: E402
 
 
 def split_variant(pieces):
@@ -51,12 +38,6 @@ fns["whole"](feats, mask, query, cov)
 att.BEAM_PIECE_BYTES = saved
 for _pass in range(2):
     for name, f in fns.items():
-        out = f(feats, mask, query, cov)
-        same = bool(tf.reduce_all(out == ref))
-        best = 1e9
-        for _ in range(5):
-            t = time.perf_counter()
-            for _ in range(20):
-                f(feats, mask, query, cov)
-            best = min(best, (time.perf_counter() - t) / 20)
-        print(f"{name:12s} {best * 1e3:7.2f} ms identical={same}", flush=True)
+        same = bool(tf.reduce_all(f(feats, mask, query, cov) == ref))
+        print(f"{name:12s} {best_ms(f, feats, mask, query, cov):7.2f} ms identical={same}",
+              flush=True)

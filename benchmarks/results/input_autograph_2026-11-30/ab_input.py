@@ -9,17 +9,16 @@ CORPUS_DIR: a synthetic corpus (pgn_tf.data.synthetic.write_corpus).
 """
 
 import importlib.util
-import json
 import os
-import shutil
 import sys
 
-# The fresh-process runner of ../decode_memory_2026-11-29/ab_decode.py, given this CHILD.
+# ../tracing_autograph_2026-11-29/ab_tracing.py's ABBA rounds, and the fresh-process runner
+# of ../decode_memory_2026-11-29/ab_decode.py it loads, given this CHILD.
 HERE = os.path.dirname(os.path.abspath(__file__))
 spec = importlib.util.spec_from_file_location(
-    "ab_decode", os.path.join(HERE, "..", "decode_memory_2026-11-29", "ab_decode.py"))
-ab_decode = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(ab_decode)
+    "ab_tracing", os.path.join(HERE, "..", "tracing_autograph_2026-11-29", "ab_tracing.py"))
+ab_tracing = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ab_tracing)
 
 CHILD = r'''
 import glob, json, os, sys, time
@@ -52,17 +51,9 @@ print("RESULT " + json.dumps({"pgn_tf": pgn_tf.__file__, **times, "loss": res.me
 def main():
     before, after, corpus, out_dir = sys.argv[1:5]
     n = int(sys.argv[5]) if len(sys.argv) > 5 else 2
-    flags = sorted({f for line in open("/proc/cpuinfo") if line.startswith("flags")
-                    for f in line.split(":")[1].split()} & {"avx2", "avx512f", "avx512_bf16", "amx_tile"})
-    print("cpu_flags:", " ".join(flags), flush=True)
-    for r in range(n):
-        order = [("before", before), ("after", after)]
-        for side, checkout in (order if r % 2 == 0 else order[::-1]):
-            out = os.path.join(out_dir, f"{side}{r}")
-            shutil.rmtree(out, ignore_errors=True)
-            os.makedirs(out)
-            res = ab_decode.run(checkout, "-", corpus, out, child=CHILD)
-            print(f"round {r + 1} {side}: {json.dumps(res)}", flush=True)
+    for _ in ab_tracing.abba(before, after, out_dir, n, lambda checkout, out:
+                             ab_tracing.ab_decode.run(checkout, "-", corpus, out, child=CHILD)):
+        pass
 
 
 if __name__ == "__main__":

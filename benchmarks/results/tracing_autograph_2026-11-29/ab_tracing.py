@@ -54,15 +54,10 @@ print("RESULT " + json.dumps({"pgn_tf": pgn_tf.__file__, **times}))
 '''
 
 
-def run(checkout, model_dir, corpus, out):
-    shutil.rmtree(out, ignore_errors=True)
-    os.makedirs(out)
-    return ab_decode.run(checkout, model_dir, corpus, out, child=CHILD)
-
-
-def main():
-    before, after, model_dir, corpus, out_dir = sys.argv[1:6]
-    n = int(sys.argv[6]) if len(sys.argv) > 6 else 2
+def abba(before, after, out_dir, n, run):
+    """Prints the CPU's flags, then n rounds of run(checkout, out) -> dict for each side, in
+    ABBA order (before first in even rounds), out a fresh OUT_DIR/<side><round>; yields each
+    round's index once both sides ran."""
     flags = sorted({f for line in open("/proc/cpuinfo") if line.startswith("flags")
                     for f in line.split(":")[1].split()} & {"avx2", "avx512f", "avx512_bf16", "amx_tile"})
     print("cpu_flags:", " ".join(flags), flush=True)
@@ -70,8 +65,18 @@ def main():
         order = [("before", before), ("after", after)]
         for side, checkout in (order if r % 2 == 0 else order[::-1]):
             out = os.path.join(out_dir, f"{side}{r}")
-            res = run(checkout, model_dir, corpus, out)
-            print(f"round {r + 1} {side}: {json.dumps(res)}", flush=True)
+            shutil.rmtree(out, ignore_errors=True)
+            os.makedirs(out)
+            print(f"round {r + 1} {side}: {json.dumps(run(checkout, out))}", flush=True)
+        yield r
+
+
+def main():
+    before, after, model_dir, corpus, out_dir = sys.argv[1:6]
+    n = int(sys.argv[6]) if len(sys.argv) > 6 else 2
+    for r in abba(before, after, out_dir, n,
+                  lambda checkout, out: ab_decode.run(checkout, model_dir, corpus, out,
+                                                      child=CHILD)):
         same = (open(os.path.join(out_dir, f"before{r}", "summaries.txt")).read()
                 == open(os.path.join(out_dir, f"after{r}", "summaries.txt")).read())
         print(f"round {r + 1}: the exports' summaries identical: {same}", flush=True)
