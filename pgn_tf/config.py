@@ -52,6 +52,11 @@ class DataConfig:
     # Training buckets by summary length too (a quarter, half, all of max_dec_steps: 12 buckets
     # in all): the decoder loop runs over the longest summary of its batch.
     bucket_by_summary_length: bool = False
+    # Finer buckets, as the reference system's length-sorted batches: 0 keeps the buckets
+    # above; n > 0 cuts max_enc_steps and max_dec_steps into n equal-width buckets each (n * n
+    # in all, replacing data.bucket_by_summary_length's), so a batch pads less. More buckets
+    # hold more examples back while their batches fill (at most n * n * (batch - 1)).
+    buckets_per_length: NonNegativeInt = 0
     # Training: read and tokenize each record once; later epochs replay the first one's
     # examples from memory (tf.data cache: the whole training set's tokens and raw text).
     cache_tokens: bool = False
@@ -294,6 +299,12 @@ class Config:
             # Paulus et al.'s and Rush et al.'s models have no dropout layer: refused, not ignored
             raise ValueError(_bad("model.dropout", f"0 with model.model_type='{m.model_type}' "
                                   "(only pointer_generator applies it)", m.dropout))
+        data = self.data
+        if data.buckets_per_length and (data.bucket_by_summary_length or not data.bucket_by_length):
+            raise ValueError(_bad("data.buckets_per_length", "0 unless data.bucket_by_length is "
+                                  "true and data.bucket_by_summary_length false (its n * n "
+                                  "buckets replace the summary-length ones)",
+                                  data.buckets_per_length))
         t = self.train
         if t.jit_compile and (t.objective != "ml" or m.model_type != "pointer_generator"):
             raise ValueError(_bad("train.jit_compile", "false unless train.objective='ml' and "

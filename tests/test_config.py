@@ -171,6 +171,14 @@ def test_validate_checks_fields_set_in_code_and_cross_field_rules():
     assert cfg.validate() is cfg
 
 
+@pytest.mark.parametrize("sets", [["data.bucket_by_summary_length=true"],
+                                  ["data.bucket_by_length=false"]])
+def test_buckets_per_length_is_refused_beside_the_switches_it_replaces(sets):
+    with pytest.raises(ValueError, match="'data.buckets_per_length': expected 0 unless"):
+        config.resolve("tiny", [*sets, "data.buckets_per_length=10"])
+    assert config.resolve("tiny", [*sets, "data.buckets_per_length=0"]).data.buckets_per_length == 0
+
+
 def test_reference_onmt_holds_the_reference_sizes():
     cfg = config.resolve("reference_onmt")
     m, d = cfg.model, cfg.data

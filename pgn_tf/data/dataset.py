@@ -292,8 +292,13 @@ def batch_records(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, 
 def length_buckets(cfg: DataConfig) -> tuple[list[int], list[int]]:
     """Upper bounds (inclusive) of the training buckets: the article-token buckets are quarters
     of max_enc_steps; the summary-token buckets a quarter, half and all of max_dec_steps with
-    data.bucket_by_summary_length, else one bucket of all."""
+    data.bucket_by_summary_length, else one bucket of all. data.buckets_per_length = n > 0 cuts
+    each length into n equal widths instead (fewer where a length has fewer than n tokens)."""
     enc, dec = cfg.max_enc_steps, cfg.max_dec_steps
+    n = cfg.buckets_per_length
+    if n:
+        return ([b for b in sorted({enc * k // n for k in range(1, n + 1)}) if b > 0],
+                [b for b in sorted({dec * k // n for k in range(1, n + 1)}) if b > 0])
     enc_bounds = sorted({max(1, enc * k // 4) for k in (1, 2, 3, 4)})
     dec_bounds = [dec]
     if cfg.bucket_by_summary_length:

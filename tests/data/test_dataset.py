@@ -106,6 +106,22 @@ def test_buckets_by_summary_length_yield_every_example_exactly_once(fixed_shapes
     assert sorted(seen) == list(range(len(lengths)))
 
 
+def test_buckets_per_length_cut_both_lengths_into_equal_widths():
+    """data.buckets_per_length = n: n equal-width buckets of each length, the summary-length
+    ones replacing bucket_by_summary_length's (fewer where a length is shorter than n)."""
+    cfg = DataConfig(max_enc_steps=100, max_dec_steps=30, buckets_per_length=10)
+    assert dataset.length_buckets(cfg) == (list(range(10, 101, 10)), list(range(3, 31, 3)))
+    cfg = DataConfig(max_enc_steps=40, max_dec_steps=4, buckets_per_length=8)
+    assert dataset.length_buckets(cfg) == ([5, 10, 15, 20, 25, 30, 35, 40], [1, 2, 3, 4])
+    lengths = [(7, 1), (12, 4), (38, 2), (6, 1), (11, 4), (40, 2), (9, 1), (14, 4), (36, 2)]
+    batches = list(dataset.bucket_batch(token_records(lengths), cfg, 3, PAD, PAD_VALUES, False)
+                   .as_numpy_iterator())
+    assert sorted(sorted(int(i) for i in b["id"]) for b in batches) == [[0, 3, 6], [1, 4, 7],
+                                                                       [2, 5, 8]]
+    assert sorted((b["enc_tokens"].shape[1], b["dec_tokens"].shape[1]) for b in batches) == [
+        (9, 1), (14, 4), (40, 2)]
+
+
 def test_a_bucket_short_of_a_batch_is_held_back_not_repeated():
     cfg = DataConfig(max_enc_steps=40, max_dec_steps=12, bucket_by_summary_length=True)
     lengths = [(5, 2)] * 4 + [(35, 10)] * 2  # batch 3: one full batch and one left over ...
