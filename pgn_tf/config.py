@@ -55,7 +55,8 @@ class DataConfig:
     # Finer buckets, as the reference system's length-sorted batches: 0 keeps the buckets
     # above; n > 0 cuts max_enc_steps and max_dec_steps into n equal-width buckets each (n * n
     # in all, replacing data.bucket_by_summary_length's), so a batch pads less. More buckets
-    # hold more examples back while their batches fill (at most n * n * (batch - 1)).
+    # hold more examples back while their batches fill (at most n * n * (batch - 1)) and, with
+    # train.jit_compile, compile more shapes (one a bucket).
     buckets_per_length: NonNegativeInt = 0
     # Training: read and tokenize each record once; later epochs replay the first one's
     # examples from memory (tf.data cache: the whole training set's tokens and raw text).

@@ -149,7 +149,7 @@ _OTHERS = {
         bases=("see2017_coverage",),
         values={"data.vocab_size": 20_000, "data.max_enc_steps": 100, "data.max_dec_steps": 30,
                 "model.hidden_dim": 256, "model.enc_hidden_dim": 128, "model.emb_dim": 128,
-                "train.batch_size": 32, "data.bucket_by_summary_length": True,
+                "train.batch_size": 32, "data.buckets_per_length": 10,
                 "train.mixed_precision": "auto", "decode.beam_size": 4,
                 "decode.min_dec_steps": 0, "decode.max_dec_steps": 30, "decode.batch_size": 64,
                 "decode.replace_unk": True}),

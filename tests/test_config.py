@@ -199,11 +199,17 @@ def test_speed_switches_are_off_by_default():
 
 def test_the_debian_see_presets_take_the_measured_speed_switches():
     """Measured at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"): debian_pgn and
-    debian_coverage bucket by summary length and use bf16 where the CPU multiplies it natively,
-    and so does the speed comparison's reference_onmt."""
-    for name in ("debian_pgn", "debian_coverage", "reference_onmt"):
+    debian_coverage bucket by summary length and use bf16 where the CPU multiplies it natively;
+    the speed comparison's reference_onmt (and its digests' form) use bf16 likewise and cut
+    both lengths into ten buckets each, as the reference batches examples sorted by length."""
+    for name in ("debian_pgn", "debian_coverage"):
         cfg = config.resolve(name)
         assert (cfg.train.mixed_precision, cfg.data.bucket_by_summary_length) == ("auto", True)
+        assert cfg.data.buckets_per_length == 0
+    for name in ("reference_onmt", "reference_onmt_digests"):
+        cfg = config.resolve(name)
+        assert (cfg.train.mixed_precision, cfg.data.bucket_by_summary_length) == ("auto", False)
+        assert cfg.data.buckets_per_length == 10
 
 
 def test_the_coverage_phase_continues_at_a_fifth_of_the_rate():
