@@ -136,12 +136,13 @@ def test_set_rejects_out_of_range_or_mistyped_values(override, expected):
 
 
 def test_a_model_dir_config_from_before_the_speed_fields_loads(tmp_path):
-    """config.json files written before enc_hidden_dim, jit_compile, bucket_by_summary_length
-    and cache_tokens existed take their defaults: the same model and behaviour."""
+    """config.json files written before enc_hidden_dim, jit_compile, bucket_by_summary_length,
+    cache_tokens, buckets_per_length and jit_step existed take their defaults: the same model
+    and behaviour."""
     cfg = config.preset("tiny").to_dict()
     for section, key in (("model", "enc_hidden_dim"), ("train", "jit_compile"),
                          ("data", "bucket_by_summary_length"), ("data", "cache_tokens"),
-                         ("decode", "jit_step")):
+                         ("data", "buckets_per_length"), ("decode", "jit_step")):
         del cfg[section][key]
     (tmp_path / "config.json").write_text(json.dumps(cfg))
     assert config.load_from_model_dir(str(tmp_path)) == config.preset("tiny")

@@ -295,10 +295,12 @@ def length_buckets(cfg: DataConfig) -> tuple[list[int], list[int]]:
     data.bucket_by_summary_length, else one bucket of all. data.buckets_per_length = n > 0 cuts
     each length into n equal widths instead (fewer where a length has fewer than n tokens)."""
     enc, dec = cfg.max_enc_steps, cfg.max_dec_steps
-    n = cfg.buckets_per_length
-    if n:
-        return ([b for b in sorted({enc * k // n for k in range(1, n + 1)}) if b > 0],
-                [b for b in sorted({dec * k // n for k in range(1, n + 1)}) if b > 0])
+    if cfg.buckets_per_length:
+        # n >= m gives every length 1..m its own bucket: the loop stops there, whatever n is
+        def equal(m: int) -> list[int]:
+            n = min(cfg.buckets_per_length, m)
+            return [b for b in sorted({m * k // n for k in range(1, n + 1)}) if b > 0]
+        return equal(enc), equal(dec)
     enc_bounds = sorted({max(1, enc * k // 4) for k in (1, 2, 3, 4)})
     dec_bounds = [dec]
     if cfg.bucket_by_summary_length:

@@ -113,6 +113,8 @@ def test_buckets_per_length_cut_both_lengths_into_equal_widths():
     assert dataset.length_buckets(cfg) == (list(range(10, 101, 10)), list(range(3, 31, 3)))
     cfg = DataConfig(max_enc_steps=40, max_dec_steps=4, buckets_per_length=8)
     assert dataset.length_buckets(cfg) == ([5, 10, 15, 20, 25, 30, 35, 40], [1, 2, 3, 4])
+    huge = DataConfig(max_enc_steps=40, max_dec_steps=4, buckets_per_length=10**12)
+    assert dataset.length_buckets(huge) == (list(range(1, 41)), [1, 2, 3, 4])  # one a length
     lengths = [(7, 1), (12, 4), (38, 2), (6, 1), (11, 4), (40, 2), (9, 1), (14, 4), (36, 2)]
     batches = list(dataset.bucket_batch(token_records(lengths), cfg, 3, PAD, PAD_VALUES, False)
                    .as_numpy_iterator())
