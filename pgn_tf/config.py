@@ -53,8 +53,10 @@ class DataConfig:
     # in all): the decoder loop runs over the longest summary of its batch.
     bucket_by_summary_length: bool = False
     # Finer buckets, as the reference system's length-sorted batches: 0 keeps the buckets
-    # above; n > 0 cuts max_enc_steps and max_dec_steps into n equal-width buckets each (n * n
-    # in all, replacing data.bucket_by_summary_length's), so a batch pads less. More buckets
+    # above; n > 0 cuts max_enc_steps and max_dec_steps into n equal-width buckets each (at
+    # most n * n in all, one a length where a length is shorter than n; replacing
+    # data.bucket_by_summary_length's), so a batch pads less. Like bucket_by_length, it does
+    # nothing where max_enc_steps < 8 (one padded batch stream there). More buckets
     # hold more examples back while their batches fill (at most n * n * (batch - 1)) and, with
     # train.jit_compile, compile more shapes (one a bucket).
     buckets_per_length: NonNegativeInt = 0
@@ -183,7 +185,7 @@ class TrainConfig:
     # the CPU multiplies bf16 natively, float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it
     # speeds up at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in reference_onmt
-    # (faster on top of summary-length buckets, docs/performance.md).
+    # (measured faster on top of its length buckets, docs/performance.md).
     mixed_precision: Literal["", "auto", "mixed_bfloat16", "mixed_float16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch
     # shape: training batches are then padded to their length bucket's bounds (a few shapes).

@@ -19,9 +19,11 @@ COV = "see2017 pointer-generator + coverage"
 # The precision stage's two arms: (row suffix, --set overrides), each stated in full so the
 # comparison means the same whatever the presets' defaults are.
 PRECISION_ARMS = (
-    ("float32", ["train.mixed_precision=", "data.bucket_by_summary_length=false"]),
+    ("float32", ["train.mixed_precision=", "data.bucket_by_summary_length=false",
+                 "data.buckets_per_length=0"]),
     ("bfloat16, bucketed by summary length", ["train.mixed_precision=mixed_bfloat16",
-                                              "data.bucket_by_summary_length=true"]),
+                                              "data.bucket_by_summary_length=true",
+                                              "data.buckets_per_length=0"]),
 )
 
 # The cpu_types stage's two arms: (row suffix, --set overrides, environment). The first is what

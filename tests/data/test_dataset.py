@@ -115,13 +115,19 @@ def test_buckets_per_length_cut_both_lengths_into_equal_widths():
     assert dataset.length_buckets(cfg) == ([5, 10, 15, 20, 25, 30, 35, 40], [1, 2, 3, 4])
     huge = DataConfig(max_enc_steps=40, max_dec_steps=4, buckets_per_length=10**12)
     assert dataset.length_buckets(huge) == (list(range(1, 41)), [1, 2, 3, 4])  # one a length
-    lengths = [(7, 1), (12, 4), (38, 2), (6, 1), (11, 4), (40, 2), (9, 1), (14, 4), (36, 2)]
+    assert dataset.length_buckets(DataConfig(max_enc_steps=40, max_dec_steps=1,
+                                             buckets_per_length=1)) == ([40], [1])
+    # Four groups that only the 8 x 8 grid parts (the 4 x 3 one holds them all in one bucket),
+    # the bounds inclusive (5 goes with 1 and 4), interleaved so that a coarser grid would mix them
+    groups = [[(5, 3), (1, 3), (4, 3)], [(6, 3), (10, 3), (8, 3)], [(5, 4), (2, 4), (3, 4)],
+              [(9, 4), (6, 4), (10, 4)]]
+    lengths = [g[i] for i in range(3) for g in groups]
     batches = list(dataset.bucket_batch(token_records(lengths), cfg, 3, PAD, PAD_VALUES, False)
                    .as_numpy_iterator())
-    assert sorted(sorted(int(i) for i in b["id"]) for b in batches) == [[0, 3, 6], [1, 4, 7],
-                                                                       [2, 5, 8]]
+    assert sorted(sorted(int(i) for i in b["id"]) for b in batches) == [
+        [0, 4, 8], [1, 5, 9], [2, 6, 10], [3, 7, 11]]
     assert sorted((b["enc_tokens"].shape[1], b["dec_tokens"].shape[1]) for b in batches) == [
-        (9, 1), (14, 4), (40, 2)]
+        (5, 3), (5, 4), (10, 3), (10, 4)]
 
 
 def test_a_bucket_short_of_a_batch_is_held_back_not_repeated():
