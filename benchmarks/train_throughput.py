@@ -122,8 +122,8 @@ def measure(cfg: config_lib.Config, files: list[str], steps: int, warmup: int,
         "rnn_impl": trainer.model.rnn_impl,
         "jit_compile": cfg.train.jit_compile,
         # the bucket grid, which presets have changed (a preset's name alone does not say it)
-        "buckets": [len(b) for b in dataset.length_buckets(cfg.data)]
-        if cfg.data.bucket_by_length else [1, 1],
+        "buckets": ([len(b) for b in dataset.length_buckets(cfg.data)]
+                    if dataset.bucketed(cfg.data) else [1, 1]),
         "steps": steps, "warmup_steps": warmup,
         "warmup_seconds": round(warmup_s, 1), "seconds": round(seconds, 2),
         "sec_per_step": round(seconds / steps, 4),

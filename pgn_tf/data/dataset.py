@@ -289,6 +289,19 @@ def batch_records(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, 
                         pointer_gen, training)
 
 
+def bucketed(cfg: DataConfig) -> bool:
+    """Whether training batches come from length buckets (`bucket_batch`): data.bucket_by_length,
+    and articles of 8 tokens or more (one padded batch stream below that)."""
+    return cfg.bucket_by_length and cfg.max_enc_steps >= 8
+
+
+def equal_widths(length: int, n: int) -> list[int]:
+    """Upper bounds (inclusive) of n equal-width buckets of 1..length, one a length where
+    length < n (the last bound is length)."""
+    n = min(n, length)
+    return [length * k // n for k in range(1, n + 1)]  # strictly increasing as n <= length
+
+
 def length_buckets(cfg: DataConfig) -> tuple[list[int], list[int]]:
     """Upper bounds (inclusive) of the training buckets: the article-token buckets are quarters
     of max_enc_steps; the summary-token buckets a quarter, half and all of max_dec_steps with
@@ -296,12 +309,9 @@ def length_buckets(cfg: DataConfig) -> tuple[list[int], list[int]]:
     each length into n equal widths instead (fewer where a length has fewer than n tokens)."""
     enc, dec = cfg.max_enc_steps, cfg.max_dec_steps
     if cfg.buckets_per_length:
-        # n >= m gives every length 1..m its own bucket: the loop stops there, whatever n is
-        def equal(m: int) -> list[int]:
-            n = min(cfg.buckets_per_length, m)
-            return [b for b in sorted({m * k // n for k in range(1, n + 1)}) if b > 0]
-        return equal(enc), equal(dec)
-    enc_bounds = sorted({max(1, enc * k // 4) for k in (1, 2, 3, 4)})
+        return (equal_widths(enc, cfg.buckets_per_length),
+                equal_widths(dec, cfg.buckets_per_length))
+    enc_bounds = equal_widths(enc, 4)
     dec_bounds = [dec]
     if cfg.bucket_by_summary_length:
         dec_bounds = sorted({max(1, dec // 4), max(1, dec // 2), dec})
@@ -347,7 +357,7 @@ def batch_tokens(ds: tf.data.Dataset, vocab: vocab_lib.Vocab, cfg: DataConfig, b
     """Tokenized records (`tokenize_records`) -> batches of features (module docstring)."""
     pad = {"enc_tokens": [None], "dec_tokens": [None], "article": [], "summary": [], "id": []}
     pad_values = {k: "" for k in pad}
-    if training and cfg.bucket_by_length and cfg.max_enc_steps >= 8:
+    if training and bucketed(cfg):
         ds = bucket_batch(ds, cfg, batch_size, pad, pad_values, fixed_shapes)
     else:
         if fixed_shapes:
