@@ -2,7 +2,8 @@
 versions are pushed.
 
     python -m benchmarks.soak --model_base_path runs/export/pgn [--minutes 30] [--clients 32] \
-        [--hostile 4] [--push_every 30] [--no_batching] [--data validation.jsonl.gz]
+        [--hostile 4] [--push_every 30] [--no_batching] [--data validation.jsonl.gz] \
+        [--tls] [--stalled_streams 1000 --stalled_connections 10] [--trickle 2000]
 
 The newest version under --model_base_path is copied into a temporary base as version 1 and
 served by a fresh server process on loopback (with serving/batching.config unless
@@ -14,7 +15,11 @@ clients cycle through what a hostile client sends (`Hostile.KINDS`: malformed te
 declared shapes, 100,000-character labels, decoding work over the budget, heavy requests whose
 deadline expires or which the client cancels mid-run, JSON bodies of millions of tiny values,
 Content-Length with Transfer-Encoding, 4,000-digit numbers); an answer other than the expected
-status counts as unexpected. The server's live model versions (the :pgn_tf:serving:live_versions
+status counts as unexpected. With --stalled_streams and --trickle, the door's attackers run
+beside them the whole time: gRPC streams that send headers and never a message
+(benchmarks.stalled_grpc) and REST connections sending a byte every --trickle_every seconds
+(benchmarks.trickle_rest); --tls serves gRPC over TLS, its clients and attackers with it. The
+server's live model versions (the :pgn_tf:serving:live_versions
 gauge) are read after every push. Prints requests, failures, p50/p99, the server's RSS after the
 first swap and at the end, the live versions, the CPU's vector flags, and a JSON line. Bounded
 in time; it only talks to 127.0.0.1.
@@ -38,6 +43,7 @@ import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
 from benchmarks.common import articles_from, emit, percentiles, vector_flags
+from benchmarks.pki import write_pki
 from pgn_tf.serving.client import make_request
 from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.utils import procfs
@@ -52,11 +58,28 @@ def newest_version(base: str) -> str:
     return os.path.join(base, max(versions, key=int))
 
 
-class Load:
-    """Client threads that record latencies and failures until stop is set."""
+def grpc_channel(port: int, credentials: grpc.ChannelCredentials | None = None) -> grpc.Channel:
+    """A channel to the server on loopback: over TLS with `credentials` (the server's
+    certificate names 127.0.0.1: benchmarks.pki), else plaintext."""
+    target = f"127.0.0.1:{port}"
+    return grpc.secure_channel(target, credentials) if credentials is not None else \
+        grpc.insecure_channel(target)
 
-    def __init__(self, grpc_port: int, rest_port: int, model: str, articles: list[str]):
+
+class Load:
+    """Client threads that record latencies and failures until stop is set.
+
+    A REST client keeps one connection open for all its requests, or with
+    `fresh_rest_connections` opens a new one for each (what a client that does not keep
+    connections alive costs the server: an accept and a slot a request).
+    """
+
+    def __init__(self, grpc_port: int, rest_port: int, model: str, articles: list[str],
+                 credentials: grpc.ChannelCredentials | None = None,
+                 fresh_rest_connections: bool = False):
         self.grpc_port, self.rest_port, self.model = grpc_port, rest_port, model
+        self.credentials = credentials
+        self.fresh_rest_connections = fresh_rest_connections
         self.articles = articles
         self.lock = threading.Lock()
         self.latencies: list[float] = []
@@ -74,7 +97,7 @@ class Load:
                 self.failures.append(failure)
 
     def grpc_client(self, k: int) -> None:
-        channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        channel = grpc_channel(self.grpc_port, self.credentials)
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         i = k
         while not self.stop.is_set():
@@ -101,8 +124,11 @@ class Load:
                 data = resp.read()
                 self._record(t0, None if resp.status == 200 else
                              f"REST {resp.status}: {data[:200].decode('utf-8', 'replace')}")
+                reconnect = self.fresh_rest_connections
             except (OSError, http.client.HTTPException) as e:
                 self._record(t0, f"REST {type(e).__name__}: {e}")
+                reconnect = True
+            if reconnect:
                 conn.close()
                 conn = http.client.HTTPConnection("127.0.0.1", self.rest_port, timeout=60)
             i += 1
@@ -117,9 +143,11 @@ class Hostile:
              "rest_bad_json", "rest_json_values", "rest_smuggling", "rest_long_label",
              "rest_huge_number"]
 
-    def __init__(self, grpc_port: int, rest_port: int, model: str, article: str):
+    def __init__(self, grpc_port: int, rest_port: int, model: str, article: str,
+                 credentials: grpc.ChannelCredentials | None = None):
         self.grpc_port, self.rest_port, self.model, self.article = (grpc_port, rest_port, model,
                                                                     article)
+        self.credentials = credentials
         self.lock = threading.Lock()
         self.outcomes: dict[str, dict[str, int]] = {k: {} for k in self.KINDS}
         self.unexpected: list[str] = []
@@ -210,7 +238,7 @@ class Hostile:
                 "rest_huge_number": {"400"}}
 
     def client(self, k: int) -> None:
-        channel = grpc.insecure_channel(f"127.0.0.1:{self.grpc_port}")
+        channel = grpc_channel(self.grpc_port, self.credentials)
         stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
         i = k
         while not self.stop.is_set():
@@ -252,7 +280,25 @@ def main() -> None:
     p.add_argument("--push_every", type=float, default=30.0, help="seconds between versions")
     p.add_argument("--no_batching", action="store_true")
     p.add_argument("--data", help="articles (any pgn_tf format); default: synthetic")
+    p.add_argument("--tls", action="store_true",
+                   help="gRPC over TLS (a throw-away CA: benchmarks.pki); REST stays plaintext")
+    p.add_argument("--stalled_streams", type=int, default=0,
+                   help="gRPC streams that send headers and never a message, held beside the "
+                        "load (benchmarks.stalled_grpc.StalledStreams)")
+    p.add_argument("--stalled_connections", type=int, default=10,
+                   help="the connections the stalled streams are spread over")
+    p.add_argument("--trickle", type=int, default=0,
+                   help="REST connections sending one byte every --trickle_every seconds "
+                        "(benchmarks.trickle_rest.Trickler)")
+    p.add_argument("--trickle_every", type=float, default=10.0)
+    p.add_argument("--trickle_source", default="127.0.0.2",
+                   help="the trickling connections' loopback address (the clients use "
+                        "127.0.0.1)")
     a = p.parse_args()
+    # the attackers' modules import Load from here: imported once this module is whole
+    from benchmarks.stalled_grpc import StalledStreams
+    from benchmarks.trickle_rest import REQUEST_LINE, Trickler, raise_open_file_limit
+
     source = newest_version(a.model_base_path)
     articles = articles_from(a.data, 200)
     work = tempfile.mkdtemp(prefix="soak-")
@@ -265,14 +311,31 @@ def main() -> None:
     if not a.no_batching:
         extra += ["--enable_batching", "--batching_parameters_file",
                   os.path.join(ROOT, "serving", "batching.config")]
+    credentials = None
+    if a.tls:
+        pki = write_pki(os.path.join(work, "pki"))
+        extra += ["--ssl_config_file", pki["ssl_config"], "--allow_plaintext_rest"]
+        credentials = grpc.ssl_channel_credentials(root_certificates=open(pki["ca"], "rb").read())
+    if a.trickle:
+        raise_open_file_limit(a.trickle + a.clients + 4096)
     proc, grpc_port, rest_port = start_server(base, a.model_name, extra)
-    load = Load(grpc_port, rest_port, a.model_name, articles)
-    hostile = Hostile(grpc_port, rest_port, a.model_name, articles[0])
+    load = Load(grpc_port, rest_port, a.model_name, articles, credentials)
+    hostile = Hostile(grpc_port, rest_port, a.model_name, articles[0], credentials)
+    stalled = StalledStreams(f"127.0.0.1:{grpc_port}", a.stalled_streams, a.stalled_connections,
+                             credentials) if a.stalled_streams else None
+    trickler = Trickler(rest_port, a.trickle, a.trickle_every, source=a.trickle_source,
+                        lead=REQUEST_LINE.replace(b"default", a.model_name.encode())) \
+        if a.trickle else None
     pushed, live_seen, after_first_swap = [1], [], None
     try:
-        print(f"soak: {a.minutes:g} min, {a.clients} clients (gRPC + REST) and {a.hostile} "
-              f"hostile ones, a version every {a.push_every:g} s, batching "
+        print(f"soak: {a.minutes:g} min, {a.clients} clients (gRPC{' over TLS' if a.tls else ''}"
+              f" + REST) and {a.hostile} hostile ones, {a.stalled_streams} stalled gRPC streams "
+              f"over {a.stalled_connections} connections, {a.trickle} trickling REST "
+              f"connections, a version every {a.push_every:g} s, batching "
               f"{'off' if a.no_batching else 'on'}; cpu {vector_flags()}", flush=True)
+        for attacker in (stalled, trickler):
+            if attacker is not None:
+                attacker.start()
         threads = [threading.Thread(target=load.grpc_client if k % 2 == 0 else load.rest_client,
                                     args=(k,), daemon=True) for k in range(a.clients)]
         threads += [threading.Thread(target=hostile.client, args=(k,), daemon=True)
@@ -308,6 +371,12 @@ def main() -> None:
         hostile.stop.set()
         for t in threads:
             t.join(120)
+        stalled_counts = stalled.counts() if stalled is not None else None  # open ones too
+        if stalled is not None:
+            stalled.stop()
+        trickle_counts = trickler.counts() if trickler is not None else None
+        if trickler is not None:
+            trickler.stop()
         final = procfs.memory_mb(proc.pid)
         settle = time.monotonic() + 60  # a push in the last seconds may still be loading
         while (live_end := live_versions(rest_port)) != 1 and time.monotonic() < settle:
@@ -316,6 +385,9 @@ def main() -> None:
     finally:
         load.stop.set()
         hostile.stop.set()
+        for attacker in (stalled, trickler):
+            if attacker is not None:
+                attacker.stop()  # a second stop (after the one above) does nothing
         stop_server(proc)
         shutil.rmtree(work, ignore_errors=True)
     with load.lock:
@@ -353,7 +425,10 @@ def main() -> None:
         "live_versions_end": live_end, "policy_keeps": 1,
         "rss_peak_mb": final["peak_rss_mb"],
         "threads_start": start["threads"], "threads_end": final["threads"],
-        "server_alive": alive, "cpu_flags": vector_flags(), "tf": tf.__version__,
+        "server_alive": alive, "tls": a.tls, "stalled_streams": a.stalled_streams,
+        "stalled_connections": a.stalled_connections, "stalled": stalled_counts,
+        "trickle": a.trickle, "trickle_every_s": a.trickle_every, "trickler": trickle_counts,
+        "cpu_flags": vector_flags(), "tf": tf.__version__,
     })
 
 

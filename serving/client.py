@@ -3,7 +3,8 @@
 Talks to serving.server or a stock tensorflow_model_server with the unmodified
 tensorflow-serving-api stubs (gRPC) or TF Serving's REST API (--rest, --server host:8501).
 `--ssl_ca CA.pem [--ssl_cert CERT.pem --ssl_key KEY.pem]` calls a server started with
-`--ssl_config_file` over TLS (with a client certificate where it sets client_verify).
+`--ssl_config_file` over TLS (with a client certificate where it sets client_verify); the
+files are checked before the call, and no error quotes them.
 
     from pgn_tf.serving.client import summarize
     summaries = summarize("localhost:8500", "pgn", ["an article ..."])
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model_name", default="pgn")
     p.add_argument("--signature", default=SERVING_DEFAULT)
     p.add_argument("--version", type=int)
-    p.add_argument("--rest", action="store_true", help="use the REST API (server is host:rest_port)")
+    p.add_argument("--rest", action="store_true",
+                   help="use the REST API (server is host:rest_port)")
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--ssl_ca", help="PEM file of the CA that signed the server's certificate: "
                                     "gRPC over TLS (default: plaintext)")
@@ -114,10 +116,13 @@ def main(argv: list[str] | None = None) -> int:
             out = summarize(args.server, args.model_name, [text], args.signature, args.version,
                             args.timeout, credentials=creds)
     except grpc.RpcError as e:
-        print(f"pgn_tf.serving.client: error: {e.code().name}: {e.details()}", file=sys.stderr)
+        print(f"pgn_tf.serving.client: error: {e.code().name}: "
+              f"{tls.without_key_material(e.details() or '')}", file=sys.stderr)
         return 1
-    except (RuntimeError, OSError) as e:
-        print(f"pgn_tf.serving.client: error: {e}", file=sys.stderr)
+    except (RuntimeError, OSError, ValueError) as e:  # ValueError: a bad --ssl_* file
+        # the TLS files' messages never quote them; without_key_material guards the rest
+        print(f"pgn_tf.serving.client: error: {tls.without_key_material(str(e))}",
+              file=sys.stderr)
         return 1
     print(out[0])
     return 0

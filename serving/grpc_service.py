@@ -8,6 +8,10 @@ INTERNAL). Every other failure goes through serving.status, so a client only eve
 status. Deadlines are honoured: `context.time_remaining()` becomes the request's deadline in the
 batching queue and the run's (serving.cancel): work whose deadline passed, or whose client
 cancelled, is dropped, or stopped if it is running, with DEADLINE_EXCEEDED or CANCELLED.
+
+The handlers are synchronous (`handler(request, context)`, the context a grpc.ServicerContext or
+what serving.grpc_server's workers give them); `method_table` lists them for whichever server
+registers them: serving.grpc_server, which runs them on its workers, or `add_to_server`.
 """
 
 from __future__ import annotations
@@ -175,22 +179,34 @@ class Services:
         return resp
 
 
-def add_to_server(services: Services, server: grpc.Server) -> None:
-    def unary(fn, request_cls, response_cls):
-        return grpc.unary_unary_rpc_method_handler(
-            fn, request_deserializer=_parser(request_cls),
-            response_serializer=response_cls.SerializeToString)
+def method_table(services: Services) -> dict:
+    """{service: {method: (handler(request, context), parse(bytes), serialize(response))}}:
+    what both servers register, the gRPC server (serving.grpc_server, at the wire level) and
+    `add_to_server` (as grpc's unary methods; the fuzz harness calls them so)."""
+    def entry(fn, request_cls, response_cls):
+        return fn, _parser(request_cls), response_cls.SerializeToString
 
-    server.add_generic_rpc_handlers([
-        grpc.method_handlers_generic_handler("tensorflow.serving.PredictionService", {
-            "Predict": unary(services.predict, predict_pb2.PredictRequest,
+    return {
+        "tensorflow.serving.PredictionService": {
+            "Predict": entry(services.predict, predict_pb2.PredictRequest,
                              predict_pb2.PredictResponse),
-            "GetModelMetadata": unary(services.metadata,
+            "GetModelMetadata": entry(services.metadata,
                                       get_model_metadata_pb2.GetModelMetadataRequest,
                                       get_model_metadata_pb2.GetModelMetadataResponse),
-        }),
-        grpc.method_handlers_generic_handler("tensorflow.serving.ModelService", {
-            "GetModelStatus": unary(services.status, get_model_status_pb2.GetModelStatusRequest,
+        },
+        "tensorflow.serving.ModelService": {
+            "GetModelStatus": entry(services.status, get_model_status_pb2.GetModelStatusRequest,
                                     get_model_status_pb2.GetModelStatusResponse),
-        }),
-    ])
+        },
+    }
+
+
+def add_to_server(services: Services, server) -> None:
+    """Registers the handlers as unary methods on a synchronous grpc.Server (or anything with
+    its add_generic_rpc_handlers)."""
+    server.add_generic_rpc_handlers([
+        grpc.method_handlers_generic_handler(service, {
+            name: grpc.unary_unary_rpc_method_handler(
+                fn, request_deserializer=parse, response_serializer=serialize)
+            for name, (fn, parse, serialize) in table.items()})
+        for service, table in method_table(services).items()])

@@ -19,9 +19,13 @@ conservative contract, serving_contract.CONSERVATIVE, and one warning naming the
 version and what was wrong. The assets.extra/ files of an export are not read for limits: a copy
 of only saved_model.pb and variables/ is held to the same limits as the full export.
 
-Version dirs are served only from inside the base path: a version dir that is, or holds, a
-symbolic link leading out of it is refused with one warning (and never walked), where stock
-TF Serving follows such links.
+Version dirs are served only from inside the base path: a version dir that is, or holds at any
+depth (variables/, assets/, assets.extra/, anything under it), a symbolic link leading out of
+it is refused with one warning (and never walked through that link), where stock TF Serving
+follows such links. The tree is checked when the poller lists the versions and again once a
+version has loaded, before it is marked AVAILABLE, so a link swapped in while it loaded is
+caught; what no check of names can see: a link put in and taken out again during the load, a
+hard link or a bind mount (the loader reads paths, not file descriptors opened inside the base).
 """
 
 from __future__ import annotations
@@ -183,18 +187,49 @@ def _is_local(path: str) -> bool:
     return "://" not in path
 
 
+_TREE_MAX_ENTRIES = 10_000  # entries of one version tree checked at most; more: not served
+
+
+def _inside(real: str, base_real: str) -> bool:
+    return os.path.commonpath([real, base_real]) == base_real
+
+
 def _leaves(path: str, base_real: str) -> str | None:
-    """Where a local version dir (or one of its entries) really is, when that is outside the
-    model's base path; None when it stays inside."""
-    candidates = [path]
-    try:
-        candidates += [os.path.join(path, e) for e in os.listdir(path)]
-    except OSError:
-        pass
-    for c in candidates:
-        real = os.path.realpath(c)
-        if os.path.commonpath([real, base_real]) != base_real:
-            return real
+    """Why a local version dir leads out of the model's base path, in words for a log line
+    (the dir itself, or the first link found at any depth below it, or a tree of more than
+    _TREE_MAX_ENTRIES entries, too many to check); None when everything in it resolves
+    (os.path.realpath) inside. The loader opens every file of the tree (saved_model.pb,
+    fingerprint.pb, variables/, assets/, assets.extra/ warm-up requests), so every entry is
+    checked, and a link to a dir inside is followed and its contents checked as well. A link
+    leading out is never followed, and a dir reached twice (a link loop) is walked once."""
+    real = os.path.realpath(path)
+    if not _inside(real, base_real):
+        return "it is a symbolic link that leads out of the base path"
+    stack, seen, count = [(path, real)], {real}, 0
+    while stack:
+        top, top_real = stack.pop()
+        try:
+            with os.scandir(top) as it:
+                entries = list(it)
+        except OSError:
+            continue  # unreadable: the load fails on its own, and reads nothing outside
+        for e in entries:
+            count += 1
+            if count > _TREE_MAX_ENTRIES:
+                return (f"it holds more than {_TREE_MAX_ENTRIES} entries (a SavedModel has a "
+                        "handful), too many to check that none leads out of the base path")
+            try:
+                link = e.is_symlink()
+                real = os.path.realpath(e.path) if link else os.path.join(top_real, e.name)
+                if link and not _inside(real, base_real):
+                    return (f"its entry {os.path.relpath(e.path, path)!r} is a symbolic link "
+                            "that leads out of the base path")
+                is_dir = os.path.isdir(real) if link else e.is_dir(follow_symlinks=False)
+            except (OSError, ValueError):
+                continue  # gone since the listing: nothing there to open
+            if is_dir and real not in seen:
+                seen.add(real)
+                stack.append((e.path, real))
     return None
 
 
@@ -260,24 +295,31 @@ class ServedModel:
         self._state: dict[int, tuple[str, str]] = {}  # version -> (state, error message)
         self._warned: set[str] = set()
 
+    def leads_out(self, d: str) -> bool:
+        """Whether version dir `d` (a name under the base path) is, or holds at any depth, a
+        link leading out of the base path (_leaves); warns once while it does. False for a base
+        path that is no local dir (gs://...): its store has no links."""
+        if not _is_local(self.base_path):
+            return False
+        outside = _leaves(os.path.join(self.base_path, d), os.path.realpath(self.base_path))
+        if outside is None:
+            self._warned.discard(f"outside:{d}")  # warned again if it leaves again
+            return False
+        if f"outside:{d}" not in self._warned:
+            self._warned.add(f"outside:{d}")
+            log.warning("model %s: not serving version dir %r: %s; versions are served only "
+                        "from inside --model_base_path", self.name, d, outside)
+        return True
+
     def versions_on_disk(self) -> list[int]:
         if not tf.io.gfile.isdir(self.base_path):
             return []
         out = []
-        base_real = os.path.realpath(self.base_path) if _is_local(self.base_path) else None
         for d in tf.io.gfile.listdir(self.base_path):
             d = d.rstrip("/")
             if _VERSION_DIR.fullmatch(d) and int(d) < 2**63:
-                if base_real is not None:
-                    outside = _leaves(os.path.join(self.base_path, d), base_real)
-                    if outside is not None:
-                        if f"outside:{d}" not in self._warned:
-                            self._warned.add(f"outside:{d}")
-                            log.warning("model %s: not serving version dir %r: it leads out of "
-                                        "the base path (a symbolic link); versions are served "
-                                        "only from inside --model_base_path", self.name, d)
-                        continue
-                    self._warned.discard(f"outside:{d}")  # warned again if it leaves again
+                if self.leads_out(d):
+                    continue
                 out.append(int(d))
             elif d.isdigit() and d not in self._warned:  # "0002", "²": not TF Serving's names
                 self._warned.add(d)
@@ -336,6 +378,11 @@ class ServedModel:
                 loaded = self.load(self.name, v, path)
             except Exception as e:  # any load or warm-up failure: keep serving what we have
                 self._record_failure(v, path, e)
+                continue
+            if self.leads_out(str(v)):  # a link that appeared while it loaded: not served
+                self._state[v] = ("END", "refused: it leads out of the base path")
+                del loaded
+                release_freed_memory()
                 continue
             with self._lock:
                 self._loaded[v] = loaded

@@ -6,12 +6,17 @@
 Flags are named as tensorflow_model_server names them and mean the same (`--rest_api_port=0`,
 the default, serves no REST; `auto` picks a free port); the server's own limits are
 `--max_request_bytes`, `--max_batch_rows`, `--grpc_max_concurrent_rpcs`,
-`--rest_api_max_connections` and `--rest_api_idle_timeout_seconds`. `--ssl_config_file` (TF
+`--grpc_request_receive_timeout_seconds`, `--grpc_max_streams_awaiting_request` (gRPC's own
+connection bounds are set through TF Serving's `--grpc_channel_arguments`),
+`--rest_api_max_connections`, `--rest_api_idle_timeout_seconds`,
+`--rest_api_request_read_timeout_seconds` and `--rest_api_max_connections_per_client`;
+`--rest_api_allowed_hosts` answers only the Host names it lists. `--ssl_config_file` (TF
 Serving's SSLConfig, serving.tls) puts gRPC on TLS; the REST port, plaintext HTTP, then stays
 closed unless `--allow_plaintext_rest` opens it. Modules: serving.service (the library:
 Server, ServerOptions), serving.validation (request checks),
 serving.predict (version, signature, run), serving.batching, serving.models (versions on disk),
-serving.warmup, serving.grpc_service, serving.rest_service, serving.metrics, serving.status
+serving.warmup, serving.grpc_service, serving.grpc_server (the gRPC server on grpc.aio),
+serving.rest_service, serving.metrics, serving.status
 (errors), serving.tls. Binds to 127.0.0.1 unless --host says otherwise.
 """
 
@@ -29,6 +34,7 @@ import threading
 
 from pgn_tf.serving import tls
 from pgn_tf.serving.batching import BatchingParameters, parse_batching_parameters
+from pgn_tf.serving.grpc_server import DEFAULT_CHANNEL_ARGUMENTS, parse_channel_arguments
 from pgn_tf.serving.metrics import parse_monitoring_config
 from pgn_tf.serving.models import ModelSpec
 from pgn_tf.serving.service import Server, ServerOptions, read_model_config
@@ -83,7 +89,26 @@ def build_parser() -> argparse.ArgumentParser:
                         "metrics on the REST port")
     p.add_argument("--grpc_max_threads", type=int, default=d.grpc_max_threads)
     p.add_argument("--grpc_max_concurrent_rpcs", type=int, default=d.grpc_max_concurrent_rpcs,
-                   help="RPCs in progress or waiting for a thread; more get RESOURCE_EXHAUSTED")
+                   help="RPCs whose request message arrived, in progress or waiting for a "
+                        "thread; more get RESOURCE_EXHAUSTED")
+    p.add_argument("--grpc_channel_arguments", default="",
+                   help="comma-separated gRPC channel arguments for the gRPC server, as "
+                        "tensorflow_model_server takes them (e.g. "
+                        "grpc.max_connection_age_ms=2000); they override this server's bounds: "
+                        + ", ".join(f"{k}={v}" for k, v in DEFAULT_CHANNEL_ARGUMENTS.items()))
+    # New names: tensorflow_model_server has neither, as gRPC's C++ server hands it a unary call
+    # only once gRPC has read the request message (GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER), so
+    # there a stalled stream holds no handler; in Python the handler must read the message.
+    p.add_argument("--grpc_request_receive_timeout_seconds", type=float,
+                   default=d.grpc_request_receive_timeout_s,
+                   help="a gRPC call whose request message has not arrived this long after the "
+                        "call started is ended with DEADLINE_EXCEEDED (each call's limit drawn "
+                        "between 3/4 of this and all of it, so a burst does not end at once)")
+    p.add_argument("--grpc_max_streams_awaiting_request", type=int,
+                   default=d.grpc_max_streams_awaiting_request,
+                   help="gRPC calls waiting for their request message at most, over all "
+                        "connections; past it the one that has waited longest is ended with "
+                        "RESOURCE_EXHAUSTED")
     p.add_argument("--rest_api_num_threads", type=int, default=d.rest_api_num_threads)
     p.add_argument("--rest_api_timeout_in_ms", type=int, default=int(d.rest_api_timeout_s * 1000),
                    help="deadline of a REST request (0: none)")
@@ -92,6 +117,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rest_api_idle_timeout_seconds", type=float,
                    default=d.rest_api_idle_timeout_s,
                    help="an idle or stalled REST connection is closed after this")
+    p.add_argument("--rest_api_request_read_timeout_seconds", type=float,
+                   default=d.rest_api_request_read_timeout_s,
+                   help="a REST request not complete (request line, headers, body) this long "
+                        "after its first byte is answered 408 and closed, however it trickles")
+    p.add_argument("--rest_api_max_connections_per_client", type=int,
+                   default=d.rest_api_max_connections_per_client,
+                   help="open REST connections one client address (IPv6: its /64) may hold; "
+                        "more are closed at once with 503 (--rest_api_max_connections: no cap)")
+    p.add_argument("--rest_api_allowed_hosts", default="",
+                   help="comma-separated host names or host:port; a REST request whose Host "
+                        "header is none of them is refused with 421 (against DNS rebinding; "
+                        "default: any Host, as TF Serving)")
     p.add_argument("--max_request_bytes", type=int, default=d.max_request_bytes,
                    help="bytes of a request's input tensors at most (REST bodies: twice that)")
     p.add_argument("--max_batch_rows", type=int, default=d.max_batch_rows,
@@ -105,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ssl_config_file",
                    help="SSLConfig text file, as tensorflow_model_server reads it (server_key, "
                         "server_cert, custom_ca: PEM texts; client_verify): gRPC over TLS")
+    p.add_argument("--ssl_config_file_strict_permissions", default=False, **flag,
+                   help="refuse an --ssl_config_file that group or others may open (it holds "
+                        "the private key); without it such a file gets one warning")
     p.add_argument("--allow_plaintext_rest", action="store_true",
                    help="with --ssl_config_file: serve the REST port anyway, in plaintext HTTP "
                         "(it has no TLS)")
@@ -124,7 +164,9 @@ def options_from_args(args) -> tuple[dict, ServerOptions]:
                                              num_versions=args.num_versions)}
     else:
         raise ValueError("give --model_base_path (with --model_name) or --model_config_file")
-    ssl_config = tls.read_ssl_config(args.ssl_config_file) if args.ssl_config_file else None
+    ssl_config = tls.read_ssl_config(
+        args.ssl_config_file, strict_permissions=args.ssl_config_file_strict_permissions) \
+        if args.ssl_config_file else None
     batching = None
     if args.enable_batching:
         batching = BatchingParameters()
@@ -146,10 +188,18 @@ def options_from_args(args) -> tuple[dict, ServerOptions]:
         max_batch_rows=args.max_batch_rows, max_decode_work=args.max_decode_work,
         max_json_values=args.rest_api_max_json_values, grpc_max_threads=args.grpc_max_threads,
         grpc_max_concurrent_rpcs=args.grpc_max_concurrent_rpcs,
+        grpc_channel_arguments=parse_channel_arguments(args.grpc_channel_arguments),
+        grpc_request_receive_timeout_s=args.grpc_request_receive_timeout_seconds,
+        grpc_max_streams_awaiting_request=args.grpc_max_streams_awaiting_request,
         rest_api_num_threads=args.rest_api_num_threads,
         rest_api_timeout_s=args.rest_api_timeout_in_ms / 1000 or None,
         rest_api_max_connections=args.rest_api_max_connections,
-        rest_api_idle_timeout_s=args.rest_api_idle_timeout_seconds, metrics_path=metrics_path,
+        rest_api_idle_timeout_s=args.rest_api_idle_timeout_seconds,
+        rest_api_request_read_timeout_s=args.rest_api_request_read_timeout_seconds,
+        rest_api_max_connections_per_client=args.rest_api_max_connections_per_client,
+        rest_api_allowed_hosts=tuple(h.strip() for h in args.rest_api_allowed_hosts.split(",")
+                                     if h.strip()),
+        metrics_path=metrics_path,
         enable_warmup=args.enable_model_warmup,
         warmup_iterations=args.num_request_iterations_for_warmup,
         load_retry_interval_s=args.load_retry_interval_micros / 1e6,
@@ -167,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
         models, opts = options_from_args(args)
         server = Server(models, opts)
     except (ValueError, OSError) as e:
-        print(f"pgn_tf.serving.server: error: {e}", file=sys.stderr)
+        # without_key_material: a last guard, should a message ever quote a PEM text
+        print(f"pgn_tf.serving.server: error: {tls.without_key_material(str(e))}",
+              file=sys.stderr)
         return 2
     for name, m in server.registry.models.items():
         if not m.has_loaded():

@@ -9,13 +9,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from concurrent import futures
 
-import grpc
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from pgn_tf.serving import grpc_service, rest_service, tls, validation, warmup
+from pgn_tf.serving import grpc_server, grpc_service, rest_service, tls, validation, warmup
 from pgn_tf.serving.batching import BatchingParameters, BatchScheduler
 from pgn_tf.serving.cancel import Watchdog
 from pgn_tf.serving.metrics import Metrics
@@ -39,10 +37,19 @@ class ServerOptions:
     max_json_values: int = 2**20  # --rest_api_max_json_values
     grpc_max_threads: int = 32  # --grpc_max_threads
     grpc_max_concurrent_rpcs: int = 128  # --grpc_max_concurrent_rpcs
+    # --grpc_channel_arguments: gRPC channel arguments over this server's bounds
+    # (grpc_server.DEFAULT_CHANNEL_ARGUMENTS: streams per connection, connection age, idle, pings)
+    grpc_channel_arguments: dict = dataclasses.field(default_factory=dict)
+    grpc_request_receive_timeout_s: float = 30.0  # --grpc_request_receive_timeout_seconds
+    grpc_max_streams_awaiting_request: int = 2048  # --grpc_max_streams_awaiting_request
     rest_api_num_threads: int = 8  # --rest_api_num_threads
     rest_api_timeout_s: float | None = 30.0  # --rest_api_timeout_in_ms / 1000
     rest_api_max_connections: int = 1000  # --rest_api_max_connections
     rest_api_idle_timeout_s: float = 30.0  # --rest_api_idle_timeout_seconds
+    # a request's time from its first byte until it is complete, whatever it trickles
+    rest_api_request_read_timeout_s: float = 30.0  # --rest_api_request_read_timeout_seconds
+    rest_api_max_connections_per_client: int = 100  # --rest_api_max_connections_per_client
+    rest_api_allowed_hosts: tuple[str, ...] = ()  # --rest_api_allowed_hosts (empty: any Host)
     metrics_path: str | None = None  # from --monitoring_config_file
     enable_warmup: bool = True  # --enable_model_warmup
     warmup_iterations: int = 1  # --num_request_iterations_for_warmup
@@ -55,7 +62,8 @@ class ServerOptions:
 
     def validate(self) -> ServerOptions:
         for name in ("max_request_bytes", "max_batch_rows", "grpc_max_threads",
-                     "grpc_max_concurrent_rpcs", "rest_api_num_threads",
+                     "grpc_max_concurrent_rpcs", "grpc_max_streams_awaiting_request",
+                     "rest_api_num_threads",
                      "rest_api_max_connections", "warmup_iterations"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"--{name} must be positive")
@@ -64,12 +72,16 @@ class ServerOptions:
                 raise ValueError(f"--{name} must not be negative")
         if self.grpc_max_concurrent_rpcs < self.grpc_max_threads:
             raise ValueError("--grpc_max_concurrent_rpcs must be at least --grpc_max_threads")
+        if not self.grpc_request_receive_timeout_s > 0:
+            raise ValueError("--grpc_request_receive_timeout_seconds must be positive")
+        grpc_server.check_channel_arguments(self.grpc_channel_arguments)
         if self.rest_port not in (None, 0, "auto") and (
                 not isinstance(self.rest_port, int) or not 0 < self.rest_port < 65536):
             raise ValueError(f"--rest_api_port must be a port number, 0 or auto, got "
                              f"{self.rest_port}")
         if isinstance(self.rest_port, int) and self.rest_port and self.rest_port == self.port:
             raise ValueError("--rest_api_port must differ from --port")
+        self._validate_rest()
         if self.batching is not None:
             self.batching.validate()
         if self.ssl_config is not None:
@@ -80,6 +92,19 @@ class ServerOptions:
                                  "plaintext HTTP: give --rest_api_port 0, or "
                                  "--allow_plaintext_rest to serve REST unencrypted beside it")
         return self
+
+    def _validate_rest(self) -> None:
+        for name, value in (("rest_api_idle_timeout_seconds", self.rest_api_idle_timeout_s),
+                            ("rest_api_request_read_timeout_seconds",
+                             self.rest_api_request_read_timeout_s)):
+            if not value > 0:
+                raise ValueError(f"--{name} must be positive, got {value}")
+        per_client = self.rest_api_max_connections_per_client
+        if not 0 < per_client <= self.rest_api_max_connections:
+            raise ValueError(f"--rest_api_max_connections_per_client must be in [1, "
+                             f"--rest_api_max_connections={self.rest_api_max_connections}], got "
+                             f"{per_client} (equal to it: no per-client cap, e.g. behind a proxy)")
+        rest_service.parse_allowed_hosts(self.rest_api_allowed_hosts)
 
 
 def read_model_config(path: str) -> dict[str, ModelSpec]:
@@ -197,38 +222,37 @@ class Server:
         # attention is rows x steps x article floats, not bounded by the request's bytes.
         receive = self.predictor.limits.max_message_bytes
         send = max(4 * opts.max_request_bytes, 64 * 2**20)
-        self.grpc = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=opts.grpc_max_threads,
-                                       thread_name_prefix="grpc"),
-            options=[("grpc.max_receive_message_length", receive),
-                     ("grpc.max_send_message_length", send)],
-            maximum_concurrent_rpcs=opts.grpc_max_concurrent_rpcs)
-        grpc_service.add_to_server(
-            grpc_service.Services(self.predictor, self.registry, self.metrics), self.grpc)
-        address = f"{opts.host}:{opts.port}"
-        try:  # never the insecure port when a certificate is given
-            if opts.ssl_config is not None:
-                self.port = self.grpc.add_secure_port(
-                    address, tls.server_credentials(opts.ssl_config))
-            else:
-                self.port = self.grpc.add_insecure_port(address)
-        except RuntimeError:  # gRPC's "Failed to bind"
-            self.port = 0
-        if self.port == 0:
-            raise ValueError(f"cannot bind gRPC to {address}")
-        self.grpc.start()
+        # the server's own, then its bounds, then --grpc_channel_arguments over both (as in
+        # tensorflow_model_server, whose flag's arguments come after its own)
+        options = {"grpc.max_receive_message_length": receive,
+                   "grpc.max_send_message_length": send,
+                   **grpc_server.DEFAULT_CHANNEL_ARGUMENTS, **opts.grpc_channel_arguments}
+        credentials = None  # never the insecure port when a certificate is given
+        if opts.ssl_config is not None:
+            credentials = tls.server_credentials(opts.ssl_config)
+        self.grpc = grpc_server.GrpcServer(
+            grpc_service.method_table(
+                grpc_service.Services(self.predictor, self.registry, self.metrics)),
+            f"{opts.host}:{opts.port}", credentials, max_threads=opts.grpc_max_threads,
+            max_concurrent_rpcs=opts.grpc_max_concurrent_rpcs,
+            receive_timeout_s=opts.grpc_request_receive_timeout_s,
+            max_awaiting=opts.grpc_max_streams_awaiting_request, options=list(options.items()))
+        self.port = self.grpc.port
 
     def _start_rest(self, opts: ServerOptions) -> None:
         app = rest_service.RestApp(self.predictor, self.registry, self.metrics,
                                    opts.metrics_path, opts.rest_api_timeout_s,
                                    explain_page=opts.explain_page,
                                    max_json_values=opts.max_json_values,
-                                   max_body_bytes=2 * opts.max_request_bytes)
+                                   max_body_bytes=2 * opts.max_request_bytes,
+                                   allowed_hosts=opts.rest_api_allowed_hosts)
         self._http_map: dict = {}
         self.http = rest_service.make_server(
             app, opts.host, 0 if opts.rest_port == "auto" else opts.rest_port,
             opts.rest_api_num_threads, opts.rest_api_max_connections,
-            opts.rest_api_idle_timeout_s, 2 * opts.max_request_bytes, self._http_map)
+            opts.rest_api_idle_timeout_s, 2 * opts.max_request_bytes, self._http_map,
+            request_timeout_s=opts.rest_api_request_read_timeout_s,
+            max_connections_per_client=opts.rest_api_max_connections_per_client)
         self.rest_port = int(self.http.effective_port)
         self._http_thread = threading.Thread(target=self.http.run, daemon=True, name="rest-io")
         self._http_thread.start()
@@ -242,7 +266,7 @@ class Server:
             self._http_thread.join(timeout=10)
             self.http = None
         if self.grpc is not None:
-            self.grpc.stop(grace=2).wait()
+            self.grpc.stop(grace=2)
             self.grpc = None
         if self.scheduler is not None:
             self.scheduler.close()

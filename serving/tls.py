@@ -12,9 +12,17 @@ The fields hold the PEM texts, not paths. With `client_verify: true` only client
 certificate that `custom_ca` signed (and that is within its validity dates) are admitted. The
 texts are checked when the file is read, with the standard library's `ssl`, so a bad key or
 certificate is one error naming the field (gRPC's own refusal is a C log line and "Failed to
-bind"). `SSLConfig.from_files(...).to_text()` writes such a file from PEM files.
+bind"). `write_ssl_config(path, SSLConfig.from_files(...))` writes such a file from PEM files,
+readable by its owner only.
 
-Clients: `channel_credentials(ca, cert, key)` reads PEM files into gRPC channel credentials.
+No error quotes the file: it holds the private key, and a parse error's usual quote of the
+offending line (protobuf's) would print the key wherever the error goes. Errors give the line,
+the column and the field (one of SSLConfig's four names) and a fixed description. A file that
+group or others may open (a mode bit beyond 0700, as ssh judges a key file) gets one warning;
+with `--ssl_config_file_strict_permissions` it is an error.
+
+Clients: `channel_credentials(ca, cert, key)` reads PEM files into gRPC channel credentials,
+checked as the server's are.
 """
 
 from __future__ import annotations
@@ -22,12 +30,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import logging
 import os
+import re
 import ssl
+import stat
 import tempfile
 
 import grpc
 from google.protobuf import text_format
+
+log = logging.getLogger("serving")
+
+_FIELDS = ("server_key", "server_cert", "custom_ca", "client_verify")
+_GROUP_OR_OTHERS = stat.S_IRWXG | stat.S_IRWXO  # any access but the owner's, as ssh refuses
 
 
 @functools.cache
@@ -103,26 +119,101 @@ class SSLConfig:
         elif self.client_verify:
             raise ValueError(f"{where}: client_verify needs custom_ca, the PEM certificate of "
                              "the CA that signs admitted clients' certificates")
-        _check_key_pair(self.server_key, self.server_cert, where)
+        _check_key_pair(self.server_key, self.server_cert, f"{where}: server_key")
         return self
 
 
-def read_ssl_config(path: str) -> SSLConfig:
+def read_ssl_config(path: str, strict_permissions: bool = False) -> SSLConfig:
     """A text-format SSLConfig file -> a checked SSLConfig; ValueError for a file that is
-    missing, unreadable, not an SSLConfig, or whose key or certificates are unusable."""
+    missing, unreadable, not an SSLConfig, or whose key or certificates are unusable. A file
+    that group or others may open is one warning, or with `strict_permissions` a ValueError:
+    it holds the private key. No message quotes the file's text."""
     where = f"--ssl_config_file {path}"
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeError) as e:
-        raise ValueError(f"cannot read {where}: {getattr(e, 'strerror', None) or e}") from None
+        with open(path, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode  # of the file read, not of a name swapped since
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"cannot read {where}: {e.strerror or type(e).__name__}") from None
+    if os.name == "posix" and mode & _GROUP_OR_OTHERS:
+        problem = (f"{where} is open to group or others (mode {stat.S_IMODE(mode):04o}) and "
+                   f"holds the private key: chmod 600 it")
+        if strict_permissions:
+            raise ValueError(problem)
+        log.warning("%s (--ssl_config_file_strict_permissions refuses such a file)", problem)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"bad {where}: line {line} is not UTF-8 text") from None
     msg = _ssl_config_class()()
     try:
         text_format.Parse(text, msg)
     except text_format.ParseError as e:
-        raise ValueError(f"bad {where}: {e}") from None
+        raise ValueError(f"bad {where}: {_describe_parse_error(e, text)}") from None
+    except Exception:  # any other parser error: its text, too, may quote the key
+        raise ValueError(f"bad {where}: not a text-format SSLConfig") from None
     return SSLConfig(msg.server_key, msg.server_cert, msg.custom_ca,
                      msg.client_verify).validate(where)
+
+
+def write_ssl_config(path: str, config: SSLConfig) -> None:
+    """Writes `config`, checked first (validate), as the text-format SSLConfig file at `path`,
+    readable by its owner only (0600) whatever the umask, since it holds the key. It is written
+    to a new file beside `path` and renamed over it, so an existing file's wider mode is not
+    kept and no reader sees half a file."""
+    text = config.validate(f"ssl config for {path}").to_text()
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                               prefix=".ssl-config-")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+# protobuf's parse errors quote the token or line they stopped at, which in an SSLConfig is a
+# piece of the key: only these fixed descriptions are shown, chosen by what the message says.
+_PARSE_PROBLEMS = [
+    ("missing ending quote", "a string misses its closing quote"),
+    ("Couldn't parse string", "a string that is not UTF-8 once its escapes are undone"),
+    ("codec can't decode", "a bad escape sequence inside a string"),
+    ('Expected "true" or "false"', "expected true or false"),
+    ("Expected string", "expected a quoted string (the PEM text, \\n for each line end)"),
+    ("should not have multiple", "the field is given twice"),
+    ('Expected ":"', 'expected ":" after the field name'),
+]
+# A name holding "_" cannot be a piece of a PEM body (base64 has no "_"), so it may be shown; any
+# other unknown name may be a line of the key left unquoted.
+_SHOWABLE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+")
+
+
+def _describe_parse_error(e: text_format.ParseError, text: str) -> str:
+    """Where the parse stopped (line, column, the field it was in) and what was wrong, in words
+    of this module: never a token or a line of the file."""
+    message = str(e)
+    unknown = re.search(r'has no field named "([^"]*)"', message)
+    if unknown:
+        name = unknown.group(1)
+        what = (f'no field named "{name}"' if len(name) <= 64 and _SHOWABLE_NAME.fullmatch(name)
+                else "a name that is no field (not shown: it may be a line of the key)")
+        what += f"; SSLConfig's fields are {', '.join(_FIELDS)}"
+    else:
+        what = next((d for pattern, d in _PARSE_PROBLEMS if pattern in message),
+                    "not text-format SSLConfig syntax")
+    line, column = e.GetLine(), e.GetColumn()
+    if line is None:
+        return what
+    field = next((m.group(1) for m in (re.match(r"\s*(\w+)", s) for s in
+                                       reversed(text.split("\n")[:line]))
+                  if m and m.group(1) in _FIELDS), None)
+    return f"line {line} column {column}" + (f" (in field {field})" if field else "") + \
+        f": {what}"
 
 
 def server_credentials(config: SSLConfig) -> grpc.ServerCredentials:
@@ -134,31 +225,54 @@ def server_credentials(config: SSLConfig) -> grpc.ServerCredentials:
         require_client_auth=config.client_verify)
 
 
-def read_pem(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+def read_pem(path: str, what: str | None = None) -> str:
+    """A PEM file's text; OSError when it cannot be read, ValueError naming `what` (default: the
+    path), never the bytes, when it is not text."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{what or path} is not a PEM text file (a DER one? openssl pkey or "
+                         "openssl x509 with -inform DER converts it)") from None
 
 
 def channel_credentials(ca: str | None = None, cert: str | None = None,
                         key: str | None = None) -> grpc.ChannelCredentials:
     """gRPC channel credentials from PEM files (paths): `ca` the CA to trust (None: the
     system's), `cert` and `key` the client's certificate and key (both or neither).
-    ValueError for one without the other, OSError for a file that cannot be read."""
+    ValueError for one without the other or for a file that is not what it should be (checked
+    here, as the server's are: gRPC would only fail the connection later), OSError for a file
+    that cannot be read."""
     if (cert is None) != (key is None):
         raise ValueError("a client certificate needs its key and a key its certificate: give "
                          "both --ssl_cert and --ssl_key, or neither")
+    ca_pem = read_pem(ca, f"--ssl_ca {ca}") if ca else None
+    if ca_pem is not None:
+        _check_certificates(ca_pem, f"--ssl_ca {ca}")
+    key_pem = cert_pem = None
+    if key and cert:
+        key_pem, cert_pem = read_pem(key, f"--ssl_key {key}"), read_pem(cert, f"--ssl_cert {cert}")
+        _check_certificates(cert_pem, f"--ssl_cert {cert}")
+        _check_key_pair(key_pem, cert_pem, f"--ssl_key {key}", f"--ssl_cert {cert}")
     return grpc.ssl_channel_credentials(
-        root_certificates=read_pem(ca).encode() if ca else None,
-        private_key=read_pem(key).encode() if key else None,
-        certificate_chain=read_pem(cert).encode() if cert else None)
+        root_certificates=ca_pem.encode() if ca_pem is not None else None,
+        private_key=key_pem.encode() if key_pem is not None else None,
+        certificate_chain=cert_pem.encode() if cert_pem is not None else None)
 
 
 def _check_certificates(pem: str, what: str) -> None:
+    """ValueError unless `pem` holds PEM certificates; the message names `what` and OpenSSL's
+    reason code, never the text (a key put in the wrong field would be quoted)."""
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=pem)
-    except (ssl.SSLError, ValueError) as e:
-        raise ValueError(f"{what} is not a PEM certificate ({e.__class__.__name__}: "
-                         f"{getattr(e, 'reason', None) or e})") from None
+    except (ssl.SSLError, ValueError, TypeError) as e:  # TypeError: a character not ASCII
+        reason = getattr(e, "reason", None)
+        detail = f" ({reason})" if isinstance(reason, str) and re.fullmatch(r"[A-Z0-9_]+",
+                                                                             reason) else ""
+        if "PRIVATE KEY-----" in pem:
+            detail += " (it holds a private key, not a certificate)"
+        raise ValueError(f"{what} is not a PEM certificate{detail}") from None
 
 
 class _EncryptedKey(Exception):
@@ -169,19 +283,33 @@ def _no_password():
     raise _EncryptedKey  # never a prompt on the terminal: the server may be unattended
 
 
-def _check_key_pair(key: str, cert: str, where: str) -> None:
-    """The key is an unencrypted PEM private key and it matches the certificate."""
+def _check_key_pair(key: str, cert: str, key_what: str, cert_what: str = "server_cert") -> None:
+    """The key is an unencrypted PEM private key and it matches the certificate; the messages
+    name `key_what` and `cert_what`, never the texts."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     with _pem_file(cert) as cert_path, _pem_file(key) as key_path:
         try:
             ctx.load_cert_chain(cert_path, key_path, password=_no_password)
         except _EncryptedKey:
-            raise ValueError(f"{where}: server_key is encrypted; SSLConfig takes an unencrypted "
-                             "PEM key") from None
+            raise ValueError(f"{key_what} is encrypted; an unencrypted PEM key is needed "
+                             "(openssl pkey -in KEY -out PLAIN.key)") from None
         except ssl.SSLError as e:
             if e.reason == "KEY_VALUES_MISMATCH":
-                raise ValueError(f"{where}: server_key does not match server_cert") from None
-            raise ValueError(f"{where}: server_key is not a PEM private key") from None
+                raise ValueError(f"{key_what} does not match {cert_what}") from None
+            raise ValueError(f"{key_what} is not a PEM private key") from None
+
+
+_PEM_BLOCK = re.compile(r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)",
+                        re.DOTALL)
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{40,}")
+
+
+def without_key_material(message: str) -> str:
+    """`message` with PEM blocks and long base64 runs (lines of a key or certificate) cut out:
+    the last guard of the commands' error lines, for a message this module did not write."""
+    message = _PEM_BLOCK.sub("[PEM text not shown]", message)
+    return _BASE64_RUN.sub(lambda m: "[not shown]" if all(
+        re.search(c, m.group()) for c in ("[a-z]", "[A-Z]", "[0-9]")) else m.group(), message)
 
 
 @contextlib.contextmanager

@@ -1,5 +1,5 @@
 """The server as a hostile client meets it: a seeded fuzz of malformed gRPC and REST requests and
-500 idle or stalled connections.
+500 idle or stalled connections (those that trickle for good: test_rest_trickle.py).
 
 The server runs in a child process (serving.process, with the shipped batching.config) so that
 its memory is its own: the kernel's VmHWM (peak RSS) of that process shows any allocation a
@@ -289,17 +289,29 @@ def test_500_idle_and_stalled_connections_do_not_block_a_good_request(child):
         resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
     good_requests(grpc_port, rest_port)
     threads_before = memory_mb(proc.pid)["threads"]
-    idle = []
+    idle, rest_open = [], 0
     try:
         for i in range(500):
+            # REST: 100 from each of 127.0.0.2-5, each address at the default
+            # --rest_api_max_connections_per_client (one address cannot hold them all)
+            source = f"127.0.0.{2 + rest_open // 100}" if i % 5 else "127.0.0.1"
             s = socket.create_connection(("127.0.0.1", rest_port if i % 5 else grpc_port),
-                                         timeout=10)
+                                         timeout=10, source_address=(source, 0))
+            rest_open += i % 5 != 0
             if i % 5 == 1:  # slowloris: half a header
                 s.sendall(b"POST /v1/models/pgn:predict HTTP/1.1\r\nHost: x\r\nContent-Le")
             elif i % 5 == 2:  # headers done, the body never comes
                 s.sendall(b"POST /v1/models/pgn:predict HTTP/1.1\r\nContent-Length: 5000\r\n"
                           b"\r\n{\"instances\": [")
             idle.append(s)
+        # one more from an address at its cap is answered 503 and closed at accept
+        with socket.create_connection(("127.0.0.1", rest_port), timeout=10,
+                                      source_address=("127.0.0.2", 0)) as over:
+            refused = b""
+            while chunk := over.recv(4096):
+                refused += chunk
+        assert refused.startswith(b"HTTP/1.1 503") and \
+            b"--rest_api_max_connections_per_client" in refused, refused[:300]
         # answered while all 500 stay open (each with a deadline: a blocked server fails it)
         t0 = time.perf_counter()
         assert client.summarize_rest(f"127.0.0.1:{rest_port}", "pgn", [ARTICLE], timeout=10)[0]

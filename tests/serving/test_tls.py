@@ -7,7 +7,12 @@ line before any port is bound."""
 import dataclasses
 import datetime
 import ipaddress
+import os
+import re
 import socket
+import stat
+import subprocess
+import sys
 
 import grpc
 import pytest
@@ -19,11 +24,12 @@ from tensorflow_serving.apis import prediction_service_pb2_grpc
 
 from pgn_tf.serving import client, tls
 from pgn_tf.serving.process import start_server, stop_server
-from pgn_tf.serving.server import main
+from pgn_tf.serving.server import build_parser, main, options_from_args
 from pgn_tf.serving.service import Server
 from tests.serving.helpers import add_version, request, rest, summaries
 
 DAY = datetime.timedelta(days=1)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _key():
@@ -106,10 +112,10 @@ def tls_server(base, pki):
 @pytest.fixture(scope="module")
 def verifying_server(base, pki, tmp_path_factory):
     """TLS with client_verify, configured from an SSLConfig text file as both servers read it."""
-    path = tmp_path_factory.mktemp("config") / "ssl.config"
-    path.write_text(tls.SSLConfig.from_files(pki["server.key"], pki["server.pem"], pki["ca.pem"],
-                                             client_verify=True).to_text())
-    srv = _serve(base, tls.read_ssl_config(str(path)))
+    path = str(tmp_path_factory.mktemp("config") / "ssl.config")
+    tls.write_ssl_config(path, tls.SSLConfig.from_files(pki["server.key"], pki["server.pem"],
+                                                        pki["ca.pem"], client_verify=True))
+    srv = _serve(base, tls.read_ssl_config(path))
     yield srv
     srv.stop()
 
@@ -203,6 +209,13 @@ def _listening(port) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _write_private(path, text: str) -> None:
+    """A file only its owner may read, as a config holding a key should be."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 @pytest.mark.parametrize("case, message", [
     ("missing", "cannot read --ssl_config_file"),
     ("not_text_format", "bad --ssl_config_file"),
@@ -232,7 +245,7 @@ def test_a_bad_config_is_one_error_line_and_nothing_listens(base, pki, tmp_path,
     }
     path = tmp_path / "ssl.config"
     if case in texts:
-        path.write_text(texts[case])
+        _write_private(path, texts[case])
     port = _free_port()
     argv = ["--model_name", "m", "--model_base_path", base, "--port", str(port),
             "--ssl_config_file", str(path)]
@@ -276,8 +289,8 @@ def test_a_missing_pem_file_is_an_error_naming_it(pki, tmp_path):
 def test_the_command_line_serves_tls_and_plaintext_rest_only_when_asked(base, pki, tmp_path):
     """The server command in a child process: gRPC on TLS; the REST port (plaintext) is open
     because --allow_plaintext_rest asks for it."""
-    path = tmp_path / "ssl.config"
-    path.write_text(tls.SSLConfig.from_files(pki["server.key"], pki["server.pem"]).to_text())
+    path = str(tmp_path / "ssl.config")
+    tls.write_ssl_config(path, tls.SSLConfig.from_files(pki["server.key"], pki["server.pem"]))
     proc, grpc_port, rest_port = start_server(
         base, "m", ["--ssl_config_file", str(path), "--allow_plaintext_rest"])
     try:
@@ -287,3 +300,215 @@ def test_the_command_line_serves_tls_and_plaintext_rest_only_when_asked(base, pk
             (200, {"predictions": [{"summaries": "hi", "scores": 2.0}]})
     finally:
         stop_server(proc)
+
+
+# No output shows the key: a malformed config, a bad client file, the real server command. The
+# key is the server's (or client's) own, made for this module, so any piece of it is telling.
+
+
+def _read(path) -> str:
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _assert_no_key(pem: str, *outputs: str) -> None:
+    """No line of the PEM text `pem`, and no 16 characters of its body, in any output."""
+    lines = pem.strip().splitlines()
+    body = "".join(lines[1:-1])
+    pieces = lines + [body[i:i + 16] for i in range(0, len(body) - 15, 8)]
+    shown = sum(piece in out for piece in pieces for out in outputs)
+    assert not shown, f"{shown} pieces of the key are in the output"
+
+
+def _esc(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _q(text: str) -> str:
+    return f'"{_esc(text)}"'
+
+
+# form -> (config text from the key and certificate PEMs, what the one error line says)
+FORMS = {
+    "cut_quote": (lambda k, c: f'server_key: "{_esc(k)}\nserver_cert: {_q(c)}\n',
+                  "line 1 column 13 (in field server_key): a string misses its closing quote"),
+    "cut_pem": (lambda k, c: f"server_key: {_q(k[:len(k) // 2])}\nserver_cert: {_q(c)}\n",
+                "server_key is not a PEM private key"),
+    "cut_pem_and_quote": (lambda k, c: f'server_key: "{_esc(k[:len(k) // 2])}',
+                          "(in field server_key): a string misses its closing quote"),
+    "bad_escape": (lambda k, c: f'server_key: "{_esc(k[:60])}\\xg{_esc(k[60:])}"\n',
+                   "(in field server_key): a bad escape sequence inside a string"),
+    "key_as_cert": (lambda k, c: f"server_key: {_q(k)}\nserver_cert: {_q(k)}\n",
+                    "server_cert is not a PEM certificate (it holds a private key"),
+    "key_as_ca": (lambda k, c: f"server_key: {_q(k)}\nserver_cert: {_q(c)}\ncustom_ca: {_q(k)}\n",
+                  "custom_ca is not a PEM certificate (it holds a private key"),
+    "non_ascii_key_as_cert": (
+        lambda k, c: f"server_key: {_q(k)}\nserver_cert: {_q(k[:40] + 'é' + k[40:])}\n",
+        "server_cert is not a PEM certificate"),
+    "key_as_client_verify": (
+        lambda k, c: f"server_key: {_q(k)}\nserver_cert: {_q(c)}\nclient_verify: {_q(k)}\n",
+        "line 3 column 16 (in field client_verify): expected true or false"),
+    "unknown_field": (lambda k, c: f"server_private_key: {_q(k)}\n",
+                      'line 1 column 1: no field named "server_private_key"; SSLConfig\'s fields'),
+    "unquoted_key": (lambda k, c: f"server_key: {k}", "(in field server_key): expected a quoted"),
+    "unquoted_body": (  # base64 lines where field names go: their names are not shown either
+        lambda k, c: f"server_key:\n  {_q(k.splitlines()[0] + chr(10))}\n" +
+        "\n".join(k.splitlines()[1:]),
+        "line 3 column 1 (in field server_key): a name that is no field (not shown"),
+    "key_twice": (lambda k, c: f"server_key: {_q(k)}\nserver_key: {_q(k)}\n",
+                  "line 2 column 13 (in field server_key): the field is given twice"),
+}
+
+
+def _malformed(pki, tmp_path, form) -> tuple[str, str, str]:
+    """(config path, the key it holds, the expected message) of a malformed form."""
+    key = _read(pki["server.key"])
+    text, message = FORMS[form]
+    path = str(tmp_path / "ssl.config")
+    _write_private(path, text(key, _read(pki["server.pem"])))
+    return path, key, message
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_no_error_of_a_malformed_config_shows_the_key(base, pki, tmp_path, capfd, form):
+    """The error line (and anything gRPC or TensorFlow print, fd-level) shows where and what,
+    never a piece of the key: protobuf's parse errors quote the line, which is the key."""
+    path, key, message = _malformed(pki, tmp_path, form)
+    port = _free_port()
+    assert main(["--model_name", "m", "--model_base_path", base, "--port", str(port),
+                 "--ssl_config_file", path]) == 2
+    out, err = capfd.readouterr()
+    _assert_no_key(key, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+    assert "BEGIN" not in lines[0]
+    assert not _listening(port)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["cut_quote", "bad_escape", "key_as_cert", "unknown_field",
+                                  "unquoted_body"])
+def test_the_server_command_never_prints_the_key(base, pki, tmp_path, form):
+    """`python -m pgn_tf.serving.server --ssl_config_file F` in a child process, with every log
+    shown (--verbose): exit status 2, one error line, no piece of the key on stdout or stderr.
+    One form of each kind (a parse error, a field's check, a name where a field goes); the test
+    above runs every form through the same main() in-process."""
+    path, key, message = _malformed(pki, tmp_path, form)
+    done = subprocess.run(
+        [sys.executable, "-m", "pgn_tf.serving.server", "--model_name", "m", "--model_base_path",
+         base, "--port", "0", "--ssl_config_file", path, "--verbose"],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+            p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)))
+    _assert_no_key(key, done.stdout, done.stderr)
+    errors = [line for line in done.stderr.splitlines()
+              if line.startswith("pgn_tf.serving.server: error:")]
+    assert done.returncode == 2 and len(errors) == 1 and message in errors[0], done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("form, flag, message", [
+    ("cut_key", "--ssl_key", "is not a PEM private key"),
+    ("der_key", "--ssl_key", "is not a PEM text file"),
+    ("key_as_cert", "--ssl_cert", "is not a PEM certificate (it holds a private key"),
+    ("key_as_ca", "--ssl_ca", "is not a PEM certificate (it holds a private key"),
+    ("other_key", "--ssl_key", "does not match --ssl_cert"),
+])
+def test_the_client_command_never_prints_its_key(pki, tmp_path, capfd, form, flag, message):
+    """A bad --ssl_* file is one error line naming the flag and the file, checked before any
+    connection (no server is needed), and no piece of the key it holds."""
+    key = _read(pki["client.key"])
+    files = {"--ssl_ca": pki["ca.pem"], "--ssl_cert": pki["client.pem"],
+             "--ssl_key": pki["client.key"]}
+    bad = tmp_path / "bad.pem"
+    if form == "cut_key":
+        bad.write_text(key[:len(key) // 2])
+    elif form == "der_key":
+        bad.write_bytes(serialization.load_pem_private_key(key.encode(), None).private_bytes(
+            serialization.Encoding.DER, serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption()))
+    elif form == "other_key":
+        key = _read(pki["rogue.key"])
+        bad.write_text(key)
+    else:
+        bad.write_text(key)
+    files[flag] = str(bad)
+    assert client.main(["--server", f"127.0.0.1:{_free_port()}", "--model_name", "m",
+                        *[x for kv in files.items() for x in kv], "hello"]) == 1
+    out, err = capfd.readouterr()
+    _assert_no_key(key, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and f"{flag} {bad}" in lines[0] and message in lines[0], lines
+
+
+# The config file holds the key: readable by its owner only.
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_a_config_others_may_open_is_warned_about_and_refused_when_strict(base, pki, tmp_path,
+                                                                        caplog, capsys):
+    path = str(tmp_path / "ssl.config")
+    tls.write_ssl_config(path, tls.SSLConfig.from_files(pki["server.key"], pki["server.pem"]))
+    port = _free_port()
+    argv = ["--model_name", "m", "--model_base_path", base, "--port", str(port),
+            "--ssl_config_file", path]
+
+    def warnings(args):
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="serving"):
+            _, opts = options_from_args(build_parser().parse_args(args))
+        assert opts.ssl_config is not None
+        return [r.getMessage() for r in caplog.records if "--ssl_config_file" in r.getMessage()]
+
+    assert warnings(argv) == []  # 0600: as write_ssl_config writes it
+    os.chmod(path, 0o644)  # what `to_text() > ssl.config` made under the usual umask
+    found = warnings(argv)
+    assert len(found) == 1 and "open to group or others (mode 0644)" in found[0], found
+    assert "chmod 600" in found[0] and "--ssl_config_file_strict_permissions" in found[0]
+    assert main([*argv, "--ssl_config_file_strict_permissions"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "open to group or others (mode 0644)" in err[0], err
+    assert not _listening(port)
+    os.chmod(path, 0o640)  # group may read: still refused
+    assert main([*argv, "--ssl_config_file_strict_permissions=true"]) == 2
+    assert "(mode 0640)" in capsys.readouterr().err
+    os.chmod(path, 0o600)
+    assert warnings([*argv, "--ssl_config_file_strict_permissions"]) == []
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_write_ssl_config_writes_a_checked_file_only_its_owner_may_open(pki, tmp_path):
+    good = tls.SSLConfig.from_files(pki["server.key"], pki["server.pem"], pki["ca.pem"], True)
+    path = tmp_path / "ssl.config"
+    path.write_text("an older config")
+    os.chmod(path, 0o644)
+    umask = os.umask(0)
+    try:
+        tls.write_ssl_config(str(path), good)
+    finally:
+        os.umask(umask)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600  # not the old file's mode, nor 0666
+    assert tls.read_ssl_config(str(path), strict_permissions=True) == good
+    with pytest.raises(ValueError, match="server_key does not match server_cert"):
+        tls.write_ssl_config(str(path), dataclasses.replace(
+            good, server_key=_read(pki["client.key"])))
+    assert tls.read_ssl_config(str(path)) == good  # a refused config leaves the file as it was
+    assert os.listdir(tmp_path) == ["ssl.config"]  # and no temporary file behind
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+@pytest.mark.parametrize("doc", ["README.md", os.path.join("docs", "usage.md")])
+def test_the_documented_recipe_writes_a_config_only_its_owner_may_open(pki, tmp_path, doc):
+    """The docs' `python -c` line, run as written (usual umask 022) beside the PEM files it
+    names: the config it writes is 0600 and serves (client_verify with the CA)."""
+    text = _read(os.path.join(ROOT, doc))
+    recipes = re.findall(r"python -c '([^']*write_ssl_config[^']*)'", text)
+    assert len(recipes) == 1, f"{doc}: expected one write_ssl_config recipe"
+    assert "> ssl.config" not in text  # the shell redirect wrote 0644
+    for name in ("server.key", "server.pem", "ca.pem"):
+        (tmp_path / name).write_text(_read(pki[name]))
+    subprocess.run([sys.executable, "-c", recipes[0]], cwd=tmp_path, check=True, timeout=120,
+                   umask=0o022, env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                       p for p in (ROOT, os.environ.get("PYTHONPATH")) if p)))
+    path = tmp_path / "ssl.config"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert tls.read_ssl_config(str(path), strict_permissions=True).client_verify
