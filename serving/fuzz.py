@@ -36,6 +36,13 @@ instrumented, so libFuzzer's `cov:` counts Python branches.
 
 The child's target lives in serving.fuzz_harness. Importing either module needs no atheris
 (the child imports it where it starts fuzzing).
+
+The transport campaigns (`TRANSPORT_CAMPAIGNS`: http, grpc_wire, model) fuzz a running server
+instead of its handlers: the REST server's own waitress channel and parser (serving.fuzz_http),
+HTTP/2 streams to the gRPC server (serving.fuzz_grpc_wire), and the real model's signatures
+through both (serving.fuzz_model); serving.fuzz_loopback starts the server and counts the
+stages each input reached (`CampaignResult.stages`: transport, decoder, model_run). Their
+findings are those above plus each campaign's own (its module says which).
 """
 
 from __future__ import annotations
@@ -47,9 +54,9 @@ import re
 import subprocess
 import sys
 
-from pgn_tf.serving.fuzz_harness import (
-    TARGETS,
-)
+from pgn_tf.serving.fuzz_harness import CAMPAIGNS
+
+STAGES = ("transport", "decoder", "model_run")  # serving.fuzz_loopback's
 
 
 @dataclasses.dataclass
@@ -62,8 +69,10 @@ class CampaignResult:
     last printed (the harness resets the high-water mark before each input, so this is the
     peak of the latest inputs, not of the whole campaign: the per-input check covers that);
     crashes, timeouts, ooms: the reproducers libFuzzer wrote (crash-*, timeout-*, oom-* /
-    leak-*); outcomes: {"grpc Predict INVALID_ARGUMENT": n, ...}; returncode: the child's exit
-    status (0: all runs, no finding); log: its output."""
+    leak-*); outcomes: {"grpc Predict INVALID_ARGUMENT": n, ...}; stages: {stage: inputs that
+    reached it} (transport campaigns; STAGES); finished: libFuzzer said it ran all its inputs
+    ("Done N in S second(s)"); returncode: the child's exit status (0: all runs, no finding);
+    log: its output."""
 
     target: str
     runs: int
@@ -81,6 +90,18 @@ class CampaignResult:
     outcomes: dict
     returncode: int
     log: str
+    stages: dict = dataclasses.field(default_factory=dict)
+    finished: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """All inputs ran, the child exited 0, and no reproducer was written."""
+        return (self.finished and self.returncode == 0
+                and not (self.crashes or self.timeouts or self.ooms))
+
+    def share(self, stage: str) -> float:
+        """The share of the inputs run that reached `stage`."""
+        return self.stages.get(stage, 0) / self.executed if self.executed else 0.0
 
     @property
     def inputs_per_s(self) -> float:
@@ -101,8 +122,13 @@ class CampaignResult:
         """The figures, without the per-method outcomes."""
         out = {k: v for k, v in dataclasses.asdict(self).items() if k != "outcomes"}
         out["inputs_per_s"] = round(self.inputs_per_s, 1)
-        for kind in ("grpc", "rest"):
-            out[f"{kind}_accepted"], out[f"{kind}_refused"] = self.tally(kind)
+        out["ok"] = self.ok
+        if self.stages:
+            for stage in STAGES:
+                out[f"{stage}_share"] = round(self.share(stage), 4)
+        else:
+            for kind in ("grpc", "rest"):
+                out[f"{kind}_accepted"], out[f"{kind}_refused"] = self.tally(kind)
         return out
 
 
@@ -112,10 +138,10 @@ _DONE = re.compile(rb"^Done (\d+) in", re.M)
 
 
 def parse_stats(text: bytes) -> dict:
-    """libFuzzer's output -> {"executed", "cov", "ft", "corpus", "peak_rss_mb"}: its last status
-    line (cov and ft only grow, and each growth prints one; rss is the process' peak) and
-    atheris' "Done N in S second(s)"."""
-    out = {"executed": 0, "cov": 0, "ft": 0, "corpus": 0, "peak_rss_mb": 0}
+    """libFuzzer's output -> {"executed", "cov", "ft", "corpus", "peak_rss_mb", "finished"}: its
+    last status line (cov and ft only grow, and each growth prints one; rss is the process'
+    peak) and atheris' "Done N in S second(s)" (finished)."""
+    out = {"executed": 0, "cov": 0, "ft": 0, "corpus": 0, "peak_rss_mb": 0, "finished": False}
     lines = _STATUS_LINE.findall(text)
     if lines:
         n, cov, ft, corp, rss = (int(x) for x in lines[-1])
@@ -123,6 +149,7 @@ def parse_stats(text: bytes) -> dict:
     done = _DONE.findall(text)
     if done:
         out["executed"] = int(done[-1])
+        out["finished"] = True
     return out
 
 
@@ -144,9 +171,11 @@ def _files(directory: str, prefix: str = "") -> list:
 
 def run_campaign(target: str, runs: int, seed: int, out_dir: str, timeout_s: int = 30,
                  max_len: int = 8192, rss_limit_mb: int = 6144,
-                 wall_timeout_s: float | None = None) -> CampaignResult:
-    """Fuzzes `target` ("grpc", "rest" or "all") for `runs` inputs in a child process, from the
-    seed corpus plus what earlier campaigns kept in out_dir/corpus-TARGET; reproducers go to
+                 wall_timeout_s: float | None = None,
+                 model_base_path: str | None = None,
+                 max_total_time_s: int = 0) -> CampaignResult:
+    """Fuzzes `target` (one of CAMPAIGNS) for `runs` inputs in a child process, from the seed
+    corpus plus what earlier campaigns kept in out_dir/corpus-TARGET; reproducers go to
     out_dir/artifacts/, the child's output to out_dir/fuzz-TARGET.log.
 
     Args:
@@ -154,10 +183,13 @@ def run_campaign(target: str, runs: int, seed: int, out_dir: str, timeout_s: int
       timeout_s: libFuzzer's -timeout, seconds one input may take (else a timeout-* reproducer);
       max_len: the longest input; rss_limit_mb: libFuzzer's -rss_limit_mb (TensorFlow takes
         about 1 GB before the first input); wall_timeout_s: the child is killed after this long
-        (subprocess.TimeoutExpired; None: no limit).
+        (subprocess.TimeoutExpired; None: no limit); model_base_path: the model campaign
+        serves this export (BASE/pgn/N) instead of a fresh tiny model (serving.fuzz_model);
+        max_total_time_s: libFuzzer's -max_total_time, the campaign stops after this long
+        (0: no limit), not finished.
     """
-    if target not in TARGETS:
-        raise ValueError(f"unknown target '{target}' ({', '.join(TARGETS)})")
+    if target not in CAMPAIGNS:
+        raise ValueError(f"unknown target '{target}' ({', '.join(CAMPAIGNS)})")
     corpus = os.path.join(out_dir, f"corpus-{target}")
     artifacts = os.path.join(out_dir, "artifacts")
     for d in (corpus, artifacts):
@@ -168,19 +200,21 @@ def run_campaign(target: str, runs: int, seed: int, out_dir: str, timeout_s: int
         os.remove(counts)
     before = set(_files(artifacts))
     kept = len(_files(corpus))
+    extra = ["--model_base_path", model_base_path] if model_base_path else []
     rc = _child(["--target", target, "--counts", counts, "--seed_corpus", corpus,
-                 "--export_base", os.path.join(out_dir, f"export-{target}"),
+                 "--export_base", os.path.join(out_dir, f"export-{target}"), *extra,
                  f"-atheris_runs={runs}", f"-seed={seed}",
                  f"-artifact_prefix={artifacts}{os.sep}", f"-timeout={timeout_s}",
-                 f"-max_len={max_len}", f"-rss_limit_mb={rss_limit_mb}", "-reload=0", corpus],
+                 f"-max_len={max_len}", f"-rss_limit_mb={rss_limit_mb}", "-reload=0",
+                 f"-max_total_time={max_total_time_s}", corpus],
                 log, wall_timeout_s)
     with open(log, "rb") as f:
         stats = parse_stats(f.read())
-    outcomes, seconds = {}, 0.0
+    outcomes, seconds, stages = {}, 0.0, {}
     if os.path.exists(counts):
         with open(counts) as f:
             c = json.load(f)
-        outcomes, seconds = c["counts"], c["seconds"]
+        outcomes, seconds, stages = c["counts"], c["seconds"], c.get("stages", {})
         stats["executed"] = max(stats["executed"], c["inputs"])
     new = [f for f in _files(artifacts) if f not in before]
     seeds = sum(1 for f in os.listdir(corpus) if f.startswith("seed-"))
@@ -190,7 +224,7 @@ def run_campaign(target: str, runs: int, seed: int, out_dir: str, timeout_s: int
         crashes=[f for f in new if os.path.basename(f).startswith("crash-")],
         timeouts=[f for f in new if os.path.basename(f).startswith("timeout-")],
         ooms=[f for f in new if os.path.basename(f).startswith(("oom-", "leak-"))],
-        outcomes=outcomes, returncode=rc, log=log, **stats)
+        outcomes=outcomes, returncode=rc, log=log, stages=stages, **stats)
 
 
 @dataclasses.dataclass
@@ -208,8 +242,8 @@ def replay(target: str, inputs: list[bytes], out_dir: str,
            wall_timeout_s: float | None = 600) -> ReplayResult:
     """Feeds each of `inputs` (fuzz inputs of `target`, e.g. a campaign's crash-* files) once
     through the Harness in a child process, without atheris."""
-    if target not in TARGETS:
-        raise ValueError(f"unknown target '{target}' ({', '.join(TARGETS)})")
+    if target not in CAMPAIGNS:
+        raise ValueError(f"unknown target '{target}' ({', '.join(CAMPAIGNS)})")
     os.makedirs(out_dir, exist_ok=True)
     files = []
     for i, data in enumerate(inputs):

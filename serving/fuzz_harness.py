@@ -61,6 +61,11 @@ REST_METHODS = (
     Method("rest", "gzip:predict", f"/v1/models/{MODEL_NAME}:predict", encoding="gzip"),
 )
 TARGETS = {"grpc": GRPC_METHODS, "rest": REST_METHODS, "all": GRPC_METHODS + REST_METHODS}
+# The campaigns through a running server (serving.fuzz_loopback): the REST transport's bytes
+# (serving.fuzz_http), the gRPC transport's HTTP/2 streams (serving.fuzz_grpc_wire), and the
+# real model behind both (serving.fuzz_model).
+TRANSPORT_CAMPAIGNS = ("http", "grpc_wire", "model")
+CAMPAIGNS = (*TARGETS, *TRANSPORT_CAMPAIGNS)
 CLIENT_CODES = ("INVALID_ARGUMENT", "NOT_FOUND", "OUT_OF_RANGE", "FAILED_PRECONDITION",
                 "RESOURCE_EXHAUSTED", "UNIMPLEMENTED")
 TEXTS = tuple(export_lib.CHECK_ARTICLES)  # articles the mutators put in JSON bodies

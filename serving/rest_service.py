@@ -453,10 +453,15 @@ class RestApp:
 
 class _StrictParser(HTTPRequestParser):
     """waitress' request parser, refusing a request that has both Content-Length and
-    Transfer-Encoding (waitress would follow Transfer-Encoding and keep the connection open)."""
+    Transfer-Encoding (waitress would follow Transfer-Encoding and keep the connection open),
+    and answering 400 to a target that urllib cannot split (waitress let its ValueError escape:
+    no answer, and an error traceback logged for each such request)."""
 
     def parse_header(self, header_plus):
-        super().parse_header(header_plus)
+        try:
+            super().parse_header(header_plus)
+        except ValueError as e:  # urllib's split of a target such as http://[::1/x
+            raise ParsingError(f"malformed request target ({echo(str(e))})") from None
         if self.chunked and "CONTENT_LENGTH" in self.headers:
             # a 400; waitress closes the connection after an error response, dropping whatever
             # was read after this request's headers
