@@ -28,7 +28,7 @@ import grpc
 from grpc import aio
 
 from benchmarks.common import articles_from, emit, percentiles
-from benchmarks.soak import Load
+from benchmarks.load_clients import Load
 from pgn_tf.serving.client import summarize
 from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.utils import procfs

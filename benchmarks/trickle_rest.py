@@ -39,7 +39,7 @@ import time
 from collections.abc import Sequence
 
 from benchmarks.common import articles_from, emit, percentiles, vector_flags
-from benchmarks.soak import Load
+from benchmarks.load_clients import Load
 from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.utils import procfs
 
