@@ -22,7 +22,7 @@ headers: `Wire.honest`) answered with anything but a status a client's request m
 (HONEST_CODES) or not answered within `answer_timeout_s`; an OK whose body
 is not one response message of the method; an error message longer than serving.status allows
 or naming the export's path. A dishonest stream may be refused in any way gRPC chooses (a
-status, RST_STREAM, GOAWAY, or late: `WireHarness` waits 10 ms for it): what it must not do
+status, RST_STREAM, GOAWAY, or late: `WireHarness` waits `dishonest_wait_s` for it): what it must not do
 is reach the handlers wrongly, which the server's error log shows
 (fuzz_loopback.LoopbackServer.end_input), or take the server down, which the next honest
 stream's answer shows.
@@ -457,7 +457,7 @@ class WireMutator:
     header choice (six times in ten back to the honest one, so most streams stay honest and
     reach the handlers), the rest change the request message through its structure
     (serving.fuzz_protos.mutate_message), of the path's request type. A padded size is reset
-    seven times in ten: such an input costs 100 ms or more."""
+    seven times in ten: a message of megabytes costs many times an ordinary input."""
 
     def __init__(self, mutate_bytes: MutateBytes):
         self.mutate_bytes = mutate_bytes
@@ -469,7 +469,7 @@ class WireMutator:
             return self.mutate_bytes(data, max_size)
         wire = Wire.parse(data)
         if wire.size and rng.random() < 0.7:
-            wire.size = 0  # messages of megabytes cost 100 ms each: kept rare
+            wire.size = 0  # messages of megabytes are slow to send and parse: kept rare
         if r < 0.12:  # libFuzzer's byte mutation of the message alone
             wire.payload = self.mutate_bytes(wire.payload, max_size - HEADER_BYTES)
             return wire.serialize()[:max_size]
@@ -526,9 +526,8 @@ class WireHarness:
 
     An honest stream waits up to `answer_timeout_s` for its answer. A dishonest one waits
     `dishonest_wait_s`: gRPC answers a stream its transport refuses (a length over the limit,
-    a malformed header or timeout) 100 ms or more after it arrives, where anything else is
-    answered in a few, so at full length such inputs would take nine tenths of a campaign's
-    time. One not answered by then is closed and counted "late"; what it must not do, reach a
+    a malformed header or timeout) far later than anything else is answered, so waited for
+    in full such inputs would take most of a campaign's time. One not answered by then is closed and counted "late"; what it must not do, reach a
     handler wrongly or stop the server, still shows: in the server's error log, and in the
     answer to the next honest stream."""
 

@@ -365,9 +365,17 @@ class Harness:
 
 def serving_modules() -> list:
     """The modules a request passes through, whose functions a campaign instruments."""
-    from pgn_tf.serving import grpc_service, models, predict, rest_service, status, validation
+    from pgn_tf.serving import (
+        grpc_service,
+        models,
+        predict,
+        rest_service,
+        rest_transport,
+        status,
+        validation,
+    )
 
-    return [validation, predict, grpc_service, rest_service, status, models]
+    return [validation, predict, grpc_service, rest_service, rest_transport, status, models]
 
 
 def _functions(obj, module: str):

@@ -2,7 +2,7 @@
 sends on one connection, fed to the REST server's own waitress channel, parser, tasks and WSGI
 application, in this process.
 
-`HttpDriver` builds the server's channel class (rest_service's, from the running
+`HttpDriver` builds the server's channel class (rest_transport's, from the running
 `Server.http`) over one end of a socketpair, with the real server's Adjustments, and plays the
 part of waitress' I/O loop and worker pool synchronously: it writes the input to the other end
 a `recv_bytes` chunk at a time and lets the channel read it (`handle_read`) while the channel

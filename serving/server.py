@@ -16,8 +16,8 @@ closed unless `--allow_plaintext_rest` opens it. Modules: serving.service (the l
 Server, ServerOptions), serving.validation (request checks),
 serving.predict (version, signature, run), serving.batching, serving.models (versions on disk),
 serving.warmup, serving.grpc_service, serving.grpc_server (the gRPC server on grpc.aio),
-serving.rest_service, serving.metrics, serving.status
-(errors), serving.tls. Binds to 127.0.0.1 unless --host says otherwise.
+serving.rest_service (the REST API), serving.rest_transport (its HTTP and connection bounds),
+serving.metrics, serving.status (errors), serving.tls. Binds to 127.0.0.1 unless --host says otherwise.
 """
 
 from __future__ import annotations

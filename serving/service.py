@@ -13,7 +13,15 @@ import threading
 from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
-from pgn_tf.serving import grpc_server, grpc_service, rest_service, tls, validation, warmup
+from pgn_tf.serving import (
+    grpc_server,
+    grpc_service,
+    rest_service,
+    rest_transport,
+    tls,
+    validation,
+    warmup,
+)
 from pgn_tf.serving.batching import BatchingParameters, BatchScheduler
 from pgn_tf.serving.cancel import Watchdog
 from pgn_tf.serving.metrics import Metrics
@@ -247,7 +255,7 @@ class Server:
                                    max_body_bytes=2 * opts.max_request_bytes,
                                    allowed_hosts=opts.rest_api_allowed_hosts)
         self._http_map: dict = {}
-        self.http = rest_service.make_server(
+        self.http = rest_transport.make_server(
             app, opts.host, 0 if opts.rest_port == "auto" else opts.rest_port,
             opts.rest_api_num_threads, opts.rest_api_max_connections,
             opts.rest_api_idle_timeout_s, 2 * opts.max_request_bytes, self._http_map,

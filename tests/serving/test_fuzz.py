@@ -313,7 +313,7 @@ def test_the_http_driver_answers_pipelined_requests_in_order(loopback):
 # A campaign's finding: an absolute-form request target whose authority urllib cannot split (an
 # IPv6 bracket left open, or closed without being opened) makes waitress' parser raise
 # ValueError, which escapes its channel: on a real socket the connection is closed without an
-# answer and waitress logs the traceback at ERROR, once a request. rest_service._StrictParser
+# answer and waitress logs the traceback at ERROR, once a request. rest_transport._StrictParser
 # turns that ValueError into a ParsingError (a 400).
 HTTP_REPRODUCERS = [b"GET http://[::1/x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
                     b"GET http://a]/v1/models/pgn HTTP/1.1\r\n\r\n",

@@ -15,7 +15,7 @@ import socket
 import pytest
 
 from benchmarks.trickle_rest import Trickler
-from pgn_tf.serving.rest_service import client_key
+from pgn_tf.serving.rest_transport import client_key
 from pgn_tf.serving.server import build_parser, options_from_args
 from pgn_tf.serving.service import Server, ServerOptions
 from tests.serving.helpers import add_version, wait_until

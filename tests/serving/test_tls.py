@@ -443,7 +443,6 @@ def test_the_client_command_never_prints_its_key(pki, tmp_path, capfd, form, fla
 # The config file holds the key: readable by its owner only.
 
 
-@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
 def test_a_config_others_may_open_is_warned_about_and_refused_when_strict(base, pki, tmp_path,
                                                                         caplog, capsys):
     path = str(tmp_path / "ssl.config")
@@ -475,7 +474,6 @@ def test_a_config_others_may_open_is_warned_about_and_refused_when_strict(base, 
     assert warnings([*argv, "--ssl_config_file_strict_permissions"]) == []
 
 
-@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
 def test_write_ssl_config_writes_a_checked_file_only_its_owner_may_open(pki, tmp_path):
     good = tls.SSLConfig.from_files(pki["server.key"], pki["server.pem"], pki["ca.pem"], True)
     path = tmp_path / "ssl.config"
@@ -495,7 +493,6 @@ def test_write_ssl_config_writes_a_checked_file_only_its_owner_may_open(pki, tmp
     assert os.listdir(tmp_path) == ["ssl.config"]  # and no temporary file behind
 
 
-@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
 @pytest.mark.parametrize("doc", ["README.md", os.path.join("docs", "usage.md")])
 def test_the_documented_recipe_writes_a_config_only_its_owner_may_open(pki, tmp_path, doc):
     """The docs' `python -c` line, run as written (usual umask 022) beside the PEM files it
