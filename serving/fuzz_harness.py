@@ -117,13 +117,7 @@ def write_stand_in_export(base: str) -> str:
     summarizer = StandInSummarizer()
     limits = export_lib.option_limits(summarizer.cfg)
     path = os.path.join(base, MODEL_NAME, str(MODEL_VERSION))
-    export_lib.build_archive(summarizer, limits).write_out(
-        path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
-        verbose=False)
-    extra = os.path.join(path, "assets.extra")
-    os.makedirs(extra, exist_ok=True)
-    export_lib.write_warmup_requests(os.path.join(extra, "tf_serving_warmup_requests"),
-                                     MODEL_NAME, summarizer.cfg, limits)
+    export_lib.write_servable(path, summarizer, limits, MODEL_NAME)
     return path
 
 

@@ -117,15 +117,8 @@ def write_model_export(base: str, seed: int = 0) -> str:
     summarizer.summarize(tf.constant(TEXTS[:1]))  # builds the weights
     limits = export_lib.option_limits(cfg, OPTIONS_MAX_BEAM, OPTIONS_MAX_STEPS)
     path = os.path.join(base, MODEL_NAME, str(MODEL_VERSION))
-    export_lib.build_archive(summarizer, limits).write_out(
-        path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
-        verbose=False)
-    extra = os.path.join(path, "assets.extra")
-    os.makedirs(extra, exist_ok=True)
-    cfg.save(os.path.join(extra, "config.json"))
-    vocab.save(os.path.join(extra, "vocab.txt"))
-    export_lib.write_warmup_requests(os.path.join(extra, "tf_serving_warmup_requests"),
-                                     MODEL_NAME, cfg, limits)
+    export_lib.write_servable(path, summarizer, limits, MODEL_NAME,
+                              {"config.json": cfg.save, "vocab.txt": vocab.save})
     return path
 
 

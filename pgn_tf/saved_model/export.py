@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Callable
 
 import keras
 import tensorflow as tf
@@ -184,6 +185,24 @@ def check_servable(path: str) -> None:
                         f"{graph_check.describe(bad)}; nothing was published")
 
 
+def write_servable(path: str, summarizer, limits: dict, name: str,
+                   extra_files: dict[str, Callable[[str], object]] | None = None) -> None:
+    """The archive (build_archive) at `path`, with assets.extra/: the warm-up requests of model
+    `name`, and each of `extra_files` ({file name: a function writing that path}). Written for
+    inference only: no gradient functions in the archive (the encoder's recurrence has a
+    written-out backward pass, pgn_tf.ops.lstm_recurrence, whose function reads the forward
+    loop's saved activations and cannot be serialized on its own)."""
+    build_archive(summarizer, limits).write_out(
+        path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
+        verbose=False)
+    extra = os.path.join(path, "assets.extra")
+    os.makedirs(extra, exist_ok=True)
+    for file_name, write in (extra_files or {}).items():
+        write(os.path.join(extra, file_name))
+    write_warmup_requests(os.path.join(extra, "tf_serving_warmup_requests"), name,
+                          summarizer.cfg, limits)
+
+
 def export(model_dir: str, export_base: str, name: str, version: int | None = None,
            which: str = "best", check: bool = True, overrides: list[str] | None = None,
            options_max_beam_size: int | None = None,
@@ -208,18 +227,10 @@ def export(model_dir: str, export_base: str, name: str, version: int | None = No
     tmp = os.path.join(export_base, name, f".tmp-{version}-{os.getpid()}")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        # Inference only: no gradient functions in the archive (the encoder's recurrence has
-        # a written-out backward pass, pgn_tf.ops.lstm_recurrence, whose function reads
-        # the forward loop's saved activations and cannot be serialized on its own).
-        build_archive(summarizer, limits).write_out(
-            tmp, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
-            verbose=False)
-        extra = os.path.join(tmp, "assets.extra")
-        os.makedirs(extra, exist_ok=True)
-        summarizer.cfg.save(os.path.join(extra, "config.json"))  # with the decode overrides
-        shutil.copy(os.path.join(model_dir, "vocab.txt"), os.path.join(extra, "vocab.txt"))
-        write_warmup_requests(os.path.join(extra, "tf_serving_warmup_requests"), name,
-                              summarizer.cfg, limits)
+        vocab = os.path.join(model_dir, "vocab.txt")
+        write_servable(tmp, summarizer, limits, name, {
+            "config.json": summarizer.cfg.save,  # with the decode overrides
+            "vocab.txt": lambda path: shutil.copy(vocab, path)})
         if check:
             verify(tmp, summarizer, CHECK_ARTICLES)
             check_servable(tmp)
