@@ -1,4 +1,4 @@
-"""A throw-away CA and a server certificate for loopback (SAN 127.0.0.1 and localhost), so a
+"""A throw-away CA and a server certificate for loopback (SAN 127.0.0.1, ::1 and localhost), so a
 benchmark can serve gRPC over TLS the way a deployment does (benchmarks/soak.py --tls).
 
 `write_pki(folder)` writes the PEM files and the server's SSLConfig text (serving.tls), the
@@ -33,7 +33,8 @@ def _certificate(subject: str, key, issuer: str, issuer_key, ca: bool) -> x509.C
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if not ca:
         builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+             x509.IPAddress(ipaddress.ip_address("::1"))]),
             critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 

@@ -240,10 +240,12 @@ def main() -> None:
         credentials = grpc.ssl_channel_credentials(root_certificates=open(pki["ca"], "rb").read())
     if a.trickle:
         raise_open_file_limit(a.trickle + a.clients + 4096)
+    if a.stalled_streams:  # the attacker another client than the load (stalled_grpc's note)
+        extra = ["--host", "::", *extra]
     proc, grpc_port, rest_port = start_server(base, a.model_name, extra)
     load = Load(grpc_port, rest_port, a.model_name, articles, credentials)
     hostile = Hostile(grpc_port, rest_port, a.model_name, articles[0], credentials)
-    stalled = StalledStreams(f"127.0.0.1:{grpc_port}", a.stalled_streams, a.stalled_connections,
+    stalled = StalledStreams(f"[::1]:{grpc_port}", a.stalled_streams, a.stalled_connections,
                              credentials) if a.stalled_streams else None
     trickler = Trickler(rest_port, a.trickle, a.trickle_every, source=a.trickle_source,
                         lead=REQUEST_LINE.replace(b"default", a.model_name.encode())) \

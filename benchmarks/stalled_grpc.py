@@ -3,7 +3,8 @@ headers and never a message.
 
     python -m benchmarks.stalled_grpc --model_base_path runs/quickstart/export/pgn \
         [--clients 16] [--alone_seconds 60] [--attack_seconds 300] [--streams 1000] \
-        [--connections 10] [--server_args "--grpc_request_receive_timeout_seconds=30"]
+        [--connections 10] [--attacker_from ipv6] \
+        [--server_args "--grpc_request_receive_timeout_seconds=30"]
 
 A fresh server process (serving.process) serves the export on loopback. `--clients` gRPC
 clients (benchmarks.soak.Load: one channel each, one article a request) run for
@@ -12,7 +13,13 @@ clients (benchmarks.soak.Load: one channel each, one article a request) run for
 server ends so that --streams stay open. Prints the well-formed requests, failures and p50/p99
 of both phases, the p99 ratio, the streams held and re-opened (with the status the server ended
 them with), the server's RSS, the CPU's vector flags, and a JSON line. Bounded in time and in
-requests (--max_requests a phase); it only talks to 127.0.0.1.
+requests (--max_requests a phase); it only talks to loopback.
+
+The server counts streams by client address (serving.grpc_server: a client over the reading
+cap waits behind its own streams), so the attacker must be another client than the
+well-formed ones, as it is off this machine: with --attacker_from ipv6 (the default) the server
+binds `::` (dual-stack), the well-formed clients dial 127.0.0.1 and the attacker [::1]; with
+ipv4 both dial 127.0.0.1 and are one client to the server.
 """
 
 from __future__ import annotations
@@ -169,11 +176,15 @@ def measure(model_base_path: str, model_name: str = "pgn", clients: int = 16,
             alone_s: float = 60.0, attack_s: float = 300.0, streams: int = 1000,
             connections: int = 10, warmup_s: float = 10.0, max_requests: int = 10**6,
             server_args: list[str] | None = None, metadata_bytes: int = 0,
-            data: str | None = None) -> dict:
+            data: str | None = None, attacker_from: str = "ipv6") -> dict:
     """The figures above, for the export at model_base_path served by a fresh process."""
     articles = articles_from(data, 200)
-    proc, port, _ = start_server(model_base_path, model_name, list(server_args or []))
+    server_args = list(server_args or [])
+    if attacker_from == "ipv6" and "--host" not in server_args:
+        server_args = ["--host", "::", *server_args]
+    proc, port, _ = start_server(model_base_path, model_name, server_args)
     target = f"127.0.0.1:{port}"
+    attacker_target = f"[::1]:{port}" if attacker_from == "ipv6" else target
     attacker = None
     try:
         summarize(target, model_name, articles[:1], timeout=120)
@@ -182,7 +193,7 @@ def measure(model_base_path: str, model_name: str = "pgn", clients: int = 16,
         alone, alone_failures, alone_wall = _phase(Load(port, 0, model_name, articles), clients,
                                                    alone_s, max_requests)
         rss_before = procfs.memory_mb(proc.pid)  # idle, as rss_held is
-        attacker = StalledStreams(target, streams, connections,
+        attacker = StalledStreams(attacker_target, streams, connections,
                                   metadata_bytes=metadata_bytes).start()
         deadline = time.monotonic() + 60
         while attacker.counts()["open"] < streams and time.monotonic() < deadline:
@@ -210,6 +221,7 @@ def measure(model_base_path: str, model_name: str = "pgn", clients: int = 16,
              if alone_p["p99_ms"] and attack_p["p99_ms"] else None)
     return {
         "clients": clients, "streams": streams, "connections": connections,
+        "attacker_from": attacker_from,
         "metadata_bytes": metadata_bytes, "server_args": " ".join(server_args or []),
         "alone_seconds": round(alone_wall, 1), "alone_requests": len(alone),
         "alone_failures": len(alone_failures),
@@ -247,11 +259,13 @@ def main() -> None:
     p.add_argument("--max_requests", type=int, default=10**6, help="per phase, at most")
     p.add_argument("--server_args", default="", help="more serving.server flags, one string")
     p.add_argument("--data", help="articles (any pgn_tf format); default: synthetic")
+    p.add_argument("--attacker_from", choices=("ipv6", "ipv4"), default="ipv6",
+                   help="ipv6: the attacker another client ([::1]); ipv4: the clients' own")
     a = p.parse_args()
     emit("stalled_grpc", measure(
         a.model_base_path, a.model_name, a.clients, a.alone_seconds, a.attack_seconds,
         a.streams, a.connections, a.warmup_seconds, a.max_requests,
-        shlex.split(a.server_args), a.metadata_bytes, a.data))
+        shlex.split(a.server_args), a.metadata_bytes, a.data, a.attacker_from))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,8 @@ CAMPAIGN is one of fuzz_harness.CAMPAIGNS. The decoder campaigns (grpc, rest, al
 stand-in export and hand serving.fuzz_harness' `Harness` and serving.fuzz_mutators' `Mutator`
 to atheris; the transport campaigns start the real server on loopback
 (serving.fuzz_loopback) over the stand-in export (http, grpc_wire) or the real model (model)
-and hand atheris their harness and mutator (serving.fuzz_http, fuzz_grpc_wire, fuzz_model).
+and hand atheris their harness and mutator (serving.fuzz_http, fuzz_grpc_wire and
+fuzz_grpc_inputs, fuzz_model).
 The serving modules (and for REST, waitress') are instrumented first. libFuzzer's flags and
 corpus dirs go to atheris as they are. A process of its own, so an abort or a signal is a crash
 the parent counts and keeps as a reproducer.
@@ -126,17 +127,18 @@ def _transport(target: str, base: str, model_base_path: str | None):
         return (fuzz_model.ModelHarness(loopback), fuzz_model.ModelMutator,
                 fuzz_model.model_seeds(), loopback)
     version_dir = write_stand_in_export(base)
-    loopback = LoopbackServer(base)
     if target == "http":
         from pgn_tf.serving import fuzz_http, fuzz_http_requests
 
+        loopback = LoopbackServer(base)
         harness = fuzz_http.HttpHarness(loopback)
         return (harness, lambda mutate: fuzz_http_requests.HttpMutator(harness.port, mutate),
                 fuzz_http_requests.http_seeds(harness.port), loopback)
-    from pgn_tf.serving import fuzz_grpc_wire
+    from pgn_tf.serving import fuzz_grpc_inputs, fuzz_grpc_wire
 
-    return (fuzz_grpc_wire.WireHarness(loopback), fuzz_grpc_wire.WireMutator,
-            fuzz_grpc_wire.wire_seeds(_grpc_payloads(version_dir)), loopback)
+    loopback = LoopbackServer(base, **fuzz_grpc_wire.server_options())
+    return (fuzz_grpc_wire.WireHarness(loopback), fuzz_grpc_inputs.WireMutator,
+            fuzz_grpc_inputs.wire_seeds(_grpc_payloads(version_dir)), loopback)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,10 @@ a campaign reports and checks:
 * **Server faults in its logs** (`ErrorLog`): a record at ERROR or above from any logger while
   an input was answered (a handler's `log.exception`, waitress' "Exception while serving",
   grpc's "Exception calling application") is a finding, whatever the client saw.
+* **Calls ended** (`wait_for_calls`): grpc.aio runs each call as a task of the server's event
+  loop, which logs what goes wrong in it, also after the client read its status; a campaign
+  waits for those tasks to end before it closes an input, so that what a call logs is its
+  input's.
 * **Answers as coverage** (`answer_feature`): the C++ of gRPC (HTTP/2 framing, decompression,
   size limits) carries no Python coverage, so libFuzzer would see no difference between inputs
   it answers differently. Each kind of answer (its status and the shape of its message, digits
@@ -24,6 +28,7 @@ Importing this module needs no atheris and starts nothing.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import functools
 import logging
@@ -199,6 +204,31 @@ def _reporting(fn, stages: Stages, stage: str):
     return wrapper
 
 
+def _task_name(task: asyncio.Task) -> str:
+    coro = task.get_coro()
+    return getattr(coro, "__qualname__", type(coro).__name__)
+
+
+async def _task_names() -> list[str]:
+    me = asyncio.current_task()
+    return [_task_name(t) for t in asyncio.all_tasks() if t is not me]
+
+
+def _under_way(tasks, idle: frozenset) -> list[asyncio.Task]:
+    """The tasks not done but those named in `idle`."""
+    return [t for t in tasks if not t.done() and _task_name(t) not in idle]
+
+
+async def _calls_ended(idle: frozenset, timeout_s: float) -> list[str]:
+    """Waits up to timeout_s for the loop's tasks but those named in `idle`; the names of those
+    still running then."""
+    me = asyncio.current_task()
+    calls = _under_way(asyncio.all_tasks() - {me}, idle)
+    if calls:
+        await asyncio.wait(calls, timeout=timeout_s)
+    return sorted(_task_name(t) for t in calls if not t.done())
+
+
 class LoopbackServer:
     """serving.service.Server on 127.0.0.1 (gRPC and REST on free ports, the metrics page at
     METRICS_PATH) over BASE/pgn, version MODEL_VERSION labelled LABEL; `options`: other
@@ -233,6 +263,8 @@ class LoopbackServer:
         logging.getLogger().addHandler(self.errors)
         self.grpc_port = self.server.port
         self.rest_port = self.server.rest_port
+        # the tasks the loop runs with no call under way (the server's own: accepting calls)
+        self._idle_tasks = frozenset(self._on_loop(_task_names(), 60))
 
     def start_input(self) -> None:
         """Opens an input: the process' RSS high-water mark is reset (pgn_tf.utils.procfs), so
@@ -260,6 +292,28 @@ class LoopbackServer:
         self.errors.take()
         self.stages.discard()
         self._peak_before = None
+
+    def wait_for_calls(self, timeout_s: float, where: str) -> None:
+        """Waits until no gRPC call is under way on the server's event loop (each call's task
+        has ended, and with it what the call logs); Finding for calls still under way after
+        timeout_s. Only calls gRPC has handed to the loop are seen: a campaign asks once its
+        input's streams were answered or their connection closed."""
+        from pgn_tf.serving import grpc_server
+
+        # read from this thread first (asyncio.all_tasks allows it): most inputs' calls have
+        # ended by the time their answer is read, and the loop is then not asked
+        if not _under_way(asyncio.all_tasks(grpc_server._io_loop()), self._idle_tasks):
+            return
+        left = self._on_loop(_calls_ended(self._idle_tasks, timeout_s), timeout_s + 60)
+        if left:
+            raise Finding(f"{where}: {len(left)} gRPC calls still under way {timeout_s:g} s "
+                          f"after the input's streams ended ({', '.join(left[:5])})")
+
+    @staticmethod
+    def _on_loop(coro, timeout_s: float):
+        from pgn_tf.serving import grpc_server
+
+        return asyncio.run_coroutine_threadsafe(coro, grpc_server._io_loop()).result(timeout_s)
 
     def check_message(self, where: str, message, limit: int) -> None:
         """Finding for an error message longer than `limit` characters or naming the export's

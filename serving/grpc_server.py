@@ -10,18 +10,27 @@ DEADLINE_EXCEEDED until the attacker hung up. Here:
   wire level as stream-unary: a stock unary client's call is the same HTTP/2 stream (headers,
   one message, end of stream), so clients see no difference, but the handler reads the message
   itself (`context.read()`), under the receive deadline (`receive_timeout_s`): a stream whose
-  message has not arrived by then is ended with DEADLINE_EXCEEDED, the code a client already
-  retries on and the one TF Serving's REST side answers a request that took too long with (504).
+  message has not arrived by then is ended with DEADLINE_EXCEEDED, the code TF Serving's REST
+  side answers a request that took too long with (504). The message arrives as bytes and is
+  parsed on the worker that runs it, so no parse of a large request stalls the loop.
 * **Only requests whose message arrived count towards the cap.** At most `max_concurrent_rpcs`
   of them are in progress or waiting for a worker; more get RESOURCE_EXHAUSTED at once, as
   before. grpc.aio's own `maximum_concurrent_rpcs` is not used: it counts a stream from its
   headers, so stalled streams would fill it.
-* **Streams still waiting for their message are capped too** (`max_awaiting`): each holds
-  gRPC's and this module's state for it (docs/reliability.md measures it), its headers (at most
-  16 KiB, gRPC's metadata limit) and what it sent of its message so far (at most the receive
-  limit), and connections are not capped, so their number is. Past the cap the stream that has
-  waited longest is ended (RESOURCE_EXHAUSTED): a real request's message arrives within
-  milliseconds of its headers, so it is never the oldest.
+* **What waiting streams hold is bounded by a memory budget.** A stream whose read is posted
+  is granted its whole message's window by gRPC, so it may hold up to the receive limit of
+  message sent so far and never finished. Only `max_reading` streams read at once (the budget,
+  `--grpc_awaiting_message_memory_mb`, over the receive limit); the others are parked, with no
+  read posted, so gRPC grants them no more than the 64 KiB of `grpc.http2.lookahead_bytes`
+  (with bandwidth probing off, which would grow it). `_receive` says who reads and who waits:
+  one client over the cap waits behind its own streams, another client's request takes the
+  place of the hog's oldest. A client is an address (an IPv6 one: its /64, serving.peers).
+* **Streams waiting at all are capped too** (`max_awaiting`): connections are capped
+  (`grpc.max_allowed_incoming_connections`) but hold 100 streams each, and each parked stream
+  still holds its headers (at most 16 KiB, gRPC's metadata limit), its window and the state
+  `benchmarks/stalled_grpc.py` reports. Past the cap the oldest parked stream, or the oldest
+  if none is parked, is ended (RESOURCE_EXHAUSTED). A real request's message arrives within
+  milliseconds of its headers, so it is reached only when the cap is filled faster than that.
 * The receive deadline of each stream is drawn between 3/4 of `receive_timeout_s` and all of
   it, so that streams opened together (an attacker's burst) are not all ended, and re-opened,
   in the same instant: each end and re-opening costs the loop a little CPU, and a burst of
@@ -30,8 +39,9 @@ DEADLINE_EXCEEDED until the attacker hung up. Here:
   `grpc_service.Services` unchanged, through `_WorkerContext`, the part of a
   grpc.ServicerContext they use (time_remaining, add_callback, abort).
 * **Connections are bounded by gRPC's channel arguments** (`DEFAULT_CHANNEL_ARGUMENTS`, which
-  `--grpc_channel_arguments` overrides as in tensorflow_model_server): streams per connection,
-  connection age and its grace, idle connections, and keepalive ping enforcement.
+  `--grpc_channel_arguments` overrides as in tensorflow_model_server): connections at once,
+  handshake time, streams per connection, connection age and its grace, idle connections, and
+  keepalive ping enforcement.
 
 Why one loop for the process: grpc.aio binds its completion-queue poller to the loop that first
 used it and forwards other loops' events through it, so a loop that stopped while another
@@ -45,7 +55,6 @@ import collections
 import itertools
 import logging
 import random
-import re
 import threading
 import time
 import typing
@@ -55,82 +64,9 @@ from concurrent import futures
 import grpc
 from grpc import aio
 
+from pgn_tf.serving import peers
+
 log = logging.getLogger("serving")
-
-# This server's bounds on what a connection may hold, in gRPC's channel-argument names; each
-# can be overridden by --grpc_channel_arguments. Stock gRPC (and so stock TF Serving, which
-# sets none of them) leaves streams per connection, connection age and idle time unbounded.
-DEFAULT_CHANNEL_ARGUMENTS: dict[str, int] = {
-    # streams open at once on one connection (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS): a
-    # client's further streams wait in its own transport until one ends
-    "grpc.max_concurrent_streams": 100,
-    # a connection is sent GOAWAY after this (gRPC adds +-10% jitter), so no connection, and no
-    # stream on it, outlives it by more than the grace below
-    "grpc.max_connection_age_ms": 30 * 60 * 1000,
-    # streams still open that long after the GOAWAY are cancelled
-    "grpc.max_connection_age_grace_ms": 5 * 60 * 1000,
-    # a connection with no stream for this long is closed
-    "grpc.max_connection_idle_ms": 5 * 60 * 1000,
-    # keepalive enforcement: a client pinging more often than this while no data flows earns a
-    # strike, and past max_ping_strikes its connection is closed (GOAWAY ENHANCE_YOUR_CALM)
-    "grpc.http2.min_ping_interval_without_data_ms": 5 * 60 * 1000,
-    "grpc.http2.max_ping_strikes": 2,
-    # gRPC binds with SO_REUSEPORT by default: another process of the same user could then bind
-    # the same port and be handed a share of the clients' connections (and their requests);
-    # off, a port in use is an error at start ("cannot bind gRPC")
-    "grpc.so_reuseport": 0,
-}
-# Arguments that take an integer: a string there would be ignored by gRPC (it logs and falls
-# back to its own default, unbounded for most), so it is refused instead.
-INTEGER_ARGUMENTS = frozenset(DEFAULT_CHANNEL_ARGUMENTS) | {
-    "grpc.max_receive_message_length", "grpc.max_send_message_length",
-    "grpc.keepalive_time_ms", "grpc.keepalive_timeout_ms", "grpc.keepalive_permit_without_calls",
-    "grpc.http2.max_pings_without_data", "grpc.server_handshake_timeout_ms",
-    "grpc.max_metadata_size", "grpc.absolute_max_metadata_size", "grpc.so_reuseport"}
-_INT32 = re.compile(r"[+-]?[0-9]+")
-
-
-def parse_channel_arguments(text: str) -> dict[str, int | str]:
-    """`--grpc_channel_arguments` as tensorflow_model_server reads it: comma-separated
-    key=value pairs, a value that is a 32-bit integer passed as one, any other as a string.
-    ValueError (one line) for a pair without a key or value, a key given twice, or a value
-    that gRPC would ignore (see check_channel_arguments)."""
-    out: dict[str, int | str] = {}
-    for item in text.split(","):
-        item = item.strip()
-        if not item:
-            continue
-        key, sep, value = item.partition("=")
-        key, value = key.strip(), value.strip()
-        if not sep or not key or not value or "=" in value:
-            raise ValueError(f"--grpc_channel_arguments: '{item[:80]}' is not key=value "
-                             "(e.g. grpc.max_connection_age_ms=2000)")
-        if key in out:
-            raise ValueError(f"--grpc_channel_arguments: {key[:80]} is given twice")
-        out[key] = int(value) if _INT32.fullmatch(value) and -2**31 <= int(value) < 2**31 \
-            else value
-    return check_channel_arguments(out)
-
-
-def check_channel_arguments(args: dict) -> dict:
-    """args, or ValueError: an argument that takes an integer given something else, a bound
-    given a negative number, or a value out of the 32-bit range gRPC's integers take."""
-    for key, value in args.items():
-        if not isinstance(key, str) or not key:
-            raise ValueError(f"--grpc_channel_arguments: a key must be a name, got {key!r:.80}")
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise ValueError(f"--grpc_channel_arguments: {key[:80]} must be an integer or a "
-                             f"string, got {type(value).__name__}")
-        if isinstance(value, int) and not -2**31 <= value < 2**31:
-            raise ValueError(f"--grpc_channel_arguments: {key[:80]}={value} is out of the "
-                             "32-bit range of gRPC's integer arguments")
-        if key in INTEGER_ARGUMENTS and not isinstance(value, int):
-            raise ValueError(f"--grpc_channel_arguments: {key} takes an integer, got "
-                             f"'{str(value)[:80]}'")
-        if key in DEFAULT_CHANNEL_ARGUMENTS and value < 0:
-            raise ValueError(f"--grpc_channel_arguments: {key} must not be negative")
-    return args
-
 
 _loop_lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -161,12 +97,12 @@ class _Status(typing.NamedTuple):
     details: str
 
 
-def _run(fn, request, context):
-    """fn(request, context), or the _Status a context.abort() in it asked for (returned, so
-    that no traceback of the worker's frames, which hold the request and its model version,
-    outlives the call)."""
+def _run(fn, parse, data: bytes, context):
+    """fn(parse(data), context), or the _Status a context.abort() in it asked for (returned,
+    so that no traceback of the worker's frames, which hold the request and its model
+    version, outlives the call)."""
     try:
-        return fn(request, context)
+        return fn(parse(data), context)
     except _Aborted as e:
         return _Status(e.code, e.details)
 
@@ -221,31 +157,42 @@ class GrpcServer:
       max_threads: workers running handlers; max_concurrent_rpcs: requests whose message
         arrived, in progress or waiting for a worker, at most; receive_timeout_s: how long a
         stream may take to deliver its request message; max_awaiting: streams waiting for
-        their message at most; options: gRPC channel arguments (name, value) of the server.
+        their message at most, reading or parked; max_reading: streams whose read is posted
+        at most (each may hold up to the receive limit); options: gRPC channel arguments
+        (name, value) of the server.
     """
 
     def __init__(self, methods: dict, address: str, credentials: grpc.ServerCredentials | None,
                  *, max_threads: int, max_concurrent_rpcs: int, receive_timeout_s: float,
-                 max_awaiting: int, options: list[tuple[str, int | str]]):
+                 max_awaiting: int, max_reading: int, options: list[tuple[str, int | str]]):
         self.max_concurrent_rpcs = max_concurrent_rpcs
         self.receive_timeout_s = receive_timeout_s
         self.max_awaiting = max_awaiting
+        self.max_reading = min(max_reading, max_awaiting)
+        self.options = list(options)
         self._loop = _io_loop()
         self._executor = futures.ThreadPoolExecutor(max_workers=max_threads,
                                                     thread_name_prefix="grpc")
         self._lock = threading.Lock()
         self._in_progress = 0  # requests whose message arrived, until their worker is done
+        # streams waiting for their message, oldest first; those parked; those reading, by
+        # client (touched on the loop thread only)
         self._awaiting: collections.OrderedDict[int, _Awaiting] = collections.OrderedDict()
+        self._parked: collections.OrderedDict[int, _Awaiting] = collections.OrderedDict()
+        self._reading: dict[str, collections.OrderedDict[int, _Awaiting]] = {}
+        self._n_reading = 0
         self._ids = itertools.count()
         self.counts = collections.Counter()  # streams ended by a bound, by reason
         self._server: aio.Server | None = None
+        # registered without a deserializer: the message's bytes are parsed on the worker,
+        # so no request's parse (up to the receive limit) stalls the loop every call shares
         handlers = [grpc.method_handlers_generic_handler(service, {
             name: grpc.stream_unary_rpc_method_handler(
-                self._handler(fn), request_deserializer=parse, response_serializer=serialize)
+                self._handler(fn, parse), response_serializer=serialize)
             for name, (fn, parse, serialize) in table.items()})
             for service, table in methods.items()]
         try:
-            self.port = self._call(self._start(handlers, address, credentials, options))
+            self.port = self._call(self._start(handlers, address, credentials, self.options))
         except BaseException:
             self._executor.shutdown(wait=False)
             raise
@@ -271,8 +218,16 @@ class GrpcServer:
         return port
 
     def awaiting(self) -> int:
-        """Streams whose request message has not arrived yet."""
+        """Streams whose request message has not arrived yet, reading or parked."""
         return len(self._awaiting)
+
+    def reading(self) -> int:
+        """Streams waiting for their message with a read posted."""
+        return self._n_reading
+
+    def parked(self) -> int:
+        """Streams waiting for a read to be posted for them."""
+        return len(self._parked)
 
     def in_progress(self) -> int:
         """Requests whose message arrived, running or waiting for a worker."""
@@ -289,12 +244,12 @@ class GrpcServer:
 
     # -- one call ---------------------------------------------------------------------------
 
-    def _handler(self, fn):
+    def _handler(self, fn, parse):
         async def handle(request_iterator, context):
-            return await self._serve(fn, context)
+            return await self._serve(fn, parse, context)
         return handle
 
-    async def _serve(self, fn, context):
+    async def _serve(self, fn, parse, context):
         # What is local here when context.abort() raises stays alive after the call: aio keeps
         # the state of the last call it accepted, its abort exception and that exception's
         # frames with it, until the next call arrives. So no request message is held at an
@@ -316,7 +271,7 @@ class GrpcServer:
                          "later")
         left = context.time_remaining()
         worker_context = _WorkerContext(None if left is None else time.monotonic() + left)
-        job = self._submit(fn, request, worker_context)
+        job = self._submit(fn, parse, request, worker_context)
         request = None
         if job is None:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, "the server is stopping")
@@ -329,11 +284,12 @@ class GrpcServer:
             await _abort(context, outcome.code, outcome.details)
         return outcome
 
-    def _submit(self, fn, request, worker_context) -> futures.Future | None:
-        """The job running fn on a worker (None once the pool is shut down); its slot among
-        max_concurrent_rpcs is freed when it is done, or dropped before it started."""
+    def _submit(self, fn, parse, data, worker_context) -> futures.Future | None:
+        """The job parsing data and running fn on a worker (None once the pool is shut down);
+        its slot among max_concurrent_rpcs is freed when it is done, or dropped before it
+        started."""
         try:
-            job = self._executor.submit(_run, fn, request, worker_context)
+            job = self._executor.submit(_run, fn, parse, data, worker_context)
         except RuntimeError:  # the server is stopping
             self._release()
             return None
@@ -344,35 +300,102 @@ class GrpcServer:
         with self._lock:
             self._in_progress -= 1
 
+    # -- waiting for the message ------------------------------------------------------------
+
     async def _receive(self, context):
-        """The request message, or EOF; ends the call past the receive deadline, or when it is
-        the oldest of more than max_awaiting streams waiting for their message."""
-        read = asyncio.ensure_future(context.read())
-        waiting = _Awaiting(read)
+        """The request message's bytes, or EOF; ends the call past the receive deadline, or
+        when a bound below needs its place.
+
+        A stream reads (its read is posted, so gRPC grants it its whole message's window) if
+        fewer than max_reading do. Else, if another client holds more reading streams than its
+        own client, that client's oldest reading stream is ended and this one reads in its
+        place; if its own client holds the most, it is parked: no read is posted, so it holds
+        at most the 64 KiB window of `grpc.http2.lookahead_bytes`, until a reading stream
+        ends and it is the oldest parked one. So one client that opens more streams than the
+        reading cap waits behind its own streams and others' requests still get read, and an
+        attacker's stream the cap ends is re-opened into the parked queue, not into another
+        eviction. Past max_awaiting streams in all, the oldest parked one (else the oldest)
+        is ended."""
+        waiting = _Awaiting(peers.grpc_peer_key(context.peer()))
+        key = next(self._ids)
         timer = self._loop.call_later(self.receive_timeout_s * random.uniform(0.75, 1.0),
                                       waiting.end, "receive_timeout")
-        key = next(self._ids)
         if len(self._awaiting) >= self.max_awaiting:
-            self._awaiting.popitem(last=False)[1].end("evicted_awaiting")
+            oldest = next(iter(self._parked or self._awaiting))
+            self._end(oldest, "evicted_awaiting")
         self._awaiting[key] = waiting
+        if self._n_reading >= self.max_reading:
+            hog = max(self._reading.items(), key=lambda kv: len(kv[1]))
+            if hog[0] != waiting.client and len(hog[1]) > len(
+                    self._reading.get(waiting.client, ())):
+                self._end(next(iter(hog[1])), "evicted_reading")
+        if self._n_reading < self.max_reading:
+            self._start_reading(key, waiting)
+        else:
+            waiting.turn = self._loop.create_future()
+            self._parked[key] = waiting
+        waiting.task = asyncio.ensure_future(self._message(context, waiting))
         try:
-            return await read
+            return await waiting.task
         except asyncio.CancelledError:
             if waiting.reason is None:  # the call itself was cancelled: the client left
+                waiting.task.cancel()
                 raise
         finally:
             timer.cancel()
-            self._awaiting.pop(key, None)
+            self._forget(key)
         self.counts[waiting.reason] += 1
         if waiting.reason == "evicted_awaiting":
             await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
                          f"more than {self.max_awaiting} streams were waiting for their "
                          "request message (--grpc_max_streams_awaiting_request) and this "
                          "one had waited longest")
+        if waiting.reason == "evicted_reading":
+            await _abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                         f"{self.max_reading} streams were reading their request message "
+                         "(--grpc_awaiting_message_memory_mb over the receive limit), this "
+                         "client held the most of them, and this one had waited longest")
         await _abort(context, grpc.StatusCode.DEADLINE_EXCEEDED,
                      f"the request message did not arrive within "
                      f"{self.receive_timeout_s:g} s of the call's start "
                      "(--grpc_request_receive_timeout_seconds)")
+
+    @staticmethod
+    async def _message(context, waiting: _Awaiting):
+        if waiting.turn is not None:
+            await waiting.turn
+        return await context.read()
+
+    def _start_reading(self, key: int, waiting: _Awaiting) -> None:
+        waiting.state = "reading"
+        self._reading.setdefault(waiting.client, collections.OrderedDict())[key] = waiting
+        self._n_reading += 1
+
+    def _end(self, key: int, reason: str) -> None:
+        """Ends the waiting stream `key` for `reason`; its place is free at once."""
+        waiting = self._awaiting.get(key)
+        if waiting is not None:
+            self._forget(key, promote=False)
+            waiting.end(reason)
+
+    def _forget(self, key: int, promote: bool = True) -> None:
+        """Drops stream `key` from the books (once); a reading place it freed goes to the
+        oldest parked stream."""
+        waiting = self._awaiting.pop(key, None)
+        if waiting is None:
+            return
+        self._parked.pop(key, None)
+        if waiting.state == "reading":
+            mine = self._reading[waiting.client]
+            del mine[key]
+            if not mine:
+                del self._reading[waiting.client]
+            self._n_reading -= 1
+            if promote and self._parked:
+                next_key, next_waiting = self._parked.popitem(last=False)
+                self._start_reading(next_key, next_waiting)
+                if not next_waiting.turn.done():
+                    next_waiting.turn.set_result(None)
 
 
 async def _abort(context, code: grpc.StatusCode, details: str):
@@ -387,15 +410,20 @@ async def _abort(context, code: grpc.StatusCode, details: str):
 
 
 class _Awaiting:
-    """A stream's read of its request message, and why it was cut short (None: it was not)."""
+    """A stream waiting for its request message: its client (peers.grpc_peer_key), whether it
+    reads or is parked, the turn a parked one waits for, the task reading it, and why it was
+    cut short (None: it was not)."""
 
-    __slots__ = ("read", "reason")
+    __slots__ = ("client", "state", "turn", "task", "reason")
 
-    def __init__(self, read: asyncio.Future):
-        self.read = read
+    def __init__(self, client: str):
+        self.client = client
+        self.state = "parked"
+        self.turn: asyncio.Future | None = None
+        self.task: asyncio.Future | None = None
         self.reason: str | None = None
 
     def end(self, reason: str) -> None:
-        if self.reason is None and not self.read.done():
+        if self.reason is None and self.task is not None and not self.task.done():
             self.reason = reason
-            self.read.cancel()
+            self.task.cancel()

@@ -19,13 +19,12 @@ conservative contract, serving_contract.CONSERVATIVE, and one warning naming the
 version and what was wrong. The assets.extra/ files of an export are not read for limits: a copy
 of only saved_model.pb and variables/ is held to the same limits as the full export.
 
-Version dirs are served only from inside the base path: a version dir that is, or holds at any
-depth (variables/, assets/, assets.extra/, anything under it), a symbolic link leading out of
-it is refused with one warning (and never walked through that link), where stock TF Serving
-follows such links. The tree is checked when the poller lists the versions and again once a
-version has loaded, before it is marked AVAILABLE, so a link swapped in while it loaded is
-caught; what no check of names can see: a link put in and taken out again during the load, a
-hard link or a bind mount (the loader reads paths, not file descriptors opened inside the base).
+Version dirs are served only from inside the base path (serving.containment): a version dir
+that is, or holds at any depth, a symbolic link leading out of it, or whose SavedModel names an
+asset file that would be opened outside it, is refused with one warning, where stock TF
+Serving follows such links and names. It is checked when the poller lists the versions and
+again once a version has loaded, before it is marked AVAILABLE, so a change swapped in while it
+loaded is caught.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 from pgn_tf.saved_model import contract as serving_contract
+from pgn_tf.serving.containment import Containment
 from pgn_tf.serving.status import echo, not_found, redact
 
 log = logging.getLogger("serving")
@@ -183,56 +183,6 @@ def _fingerprint(path: str) -> tuple:
     return tuple(sorted(out))
 
 
-def _is_local(path: str) -> bool:
-    return "://" not in path
-
-
-_TREE_MAX_ENTRIES = 10_000  # entries of one version tree checked at most; more: not served
-
-
-def _inside(real: str, base_real: str) -> bool:
-    return os.path.commonpath([real, base_real]) == base_real
-
-
-def _leaves(path: str, base_real: str) -> str | None:
-    """Why a local version dir leads out of the model's base path, in words for a log line
-    (the dir itself, or the first link found at any depth below it, or a tree of more than
-    _TREE_MAX_ENTRIES entries, too many to check); None when everything in it resolves
-    (os.path.realpath) inside. The loader opens every file of the tree (saved_model.pb,
-    fingerprint.pb, variables/, assets/, assets.extra/ warm-up requests), so every entry is
-    checked, and a link to a dir inside is followed and its contents checked as well. A link
-    leading out is never followed, and a dir reached twice (a link loop) is walked once."""
-    real = os.path.realpath(path)
-    if not _inside(real, base_real):
-        return "it is a symbolic link that leads out of the base path"
-    stack, seen, count = [(path, real)], {real}, 0
-    while stack:
-        top, top_real = stack.pop()
-        try:
-            with os.scandir(top) as it:
-                entries = list(it)
-        except OSError:
-            continue  # unreadable: the load fails on its own, and reads nothing outside
-        for e in entries:
-            count += 1
-            if count > _TREE_MAX_ENTRIES:
-                return (f"it holds more than {_TREE_MAX_ENTRIES} entries (a SavedModel has a "
-                        "handful), too many to check that none leads out of the base path")
-            try:
-                link = e.is_symlink()
-                real = os.path.realpath(e.path) if link else os.path.join(top_real, e.name)
-                if link and not _inside(real, base_real):
-                    return (f"its entry {os.path.relpath(e.path, path)!r} is a symbolic link "
-                            "that leads out of the base path")
-                is_dir = os.path.isdir(real) if link else e.is_dir(follow_symlinks=False)
-            except (OSError, ValueError):
-                continue  # gone since the listing: nothing there to open
-            if is_dir and real not in seen:
-                seen.add(real)
-                stack.append((e.path, real))
-    return None
-
-
 @dataclasses.dataclass
 class ModelSpec:
     """One model of a ModelServerConfig.
@@ -294,14 +244,14 @@ class ServedModel:
         self._failed: dict[int, _Failure] = {}
         self._state: dict[int, tuple[str, str]] = {}  # version -> (state, error message)
         self._warned: set[str] = set()
+        self._containment = Containment(self.base_path)
 
-    def leads_out(self, d: str) -> bool:
-        """Whether version dir `d` (a name under the base path) is, or holds at any depth, a
-        link leading out of the base path (_leaves); warns once while it does. False for a base
-        path that is no local dir (gs://...): its store has no links."""
-        if not _is_local(self.base_path):
-            return False
-        outside = _leaves(os.path.join(self.base_path, d), os.path.realpath(self.base_path))
+    def leads_out(self, d: str, loaded: bool = False) -> bool:
+        """Whether version dir `d` (a name under the base path) leads out of the base path: it
+        is, or holds at any depth, a link leading out, or its SavedModel names an asset file
+        that does (serving.containment); warns once while it does. loaded: the version has
+        loaded (a saved_model.pb that cannot be parsed is then refused too)."""
+        outside = self._containment.leads_out(d, loaded)
         if outside is None:
             self._warned.discard(f"outside:{d}")  # warned again if it leaves again
             return False
@@ -314,10 +264,11 @@ class ServedModel:
     def versions_on_disk(self) -> list[int]:
         if not tf.io.gfile.isdir(self.base_path):
             return []
-        out = []
+        out, listed = [], []
         for d in tf.io.gfile.listdir(self.base_path):
             d = d.rstrip("/")
             if _VERSION_DIR.fullmatch(d) and int(d) < 2**63:
+                listed.append(d)
                 if self.leads_out(d):
                     continue
                 out.append(int(d))
@@ -325,6 +276,7 @@ class ServedModel:
                 self._warned.add(d)
                 log.warning("model %s: ignoring version dir %r (versions are canonical ASCII "
                             "decimal numbers: 1, 2, 10)", self.name, d)
+        self._containment.retain(listed)
         return sorted(out)
 
     def wanted(self, on_disk: list[int]) -> list[int]:
@@ -379,7 +331,7 @@ class ServedModel:
             except Exception as e:  # any load or warm-up failure: keep serving what we have
                 self._record_failure(v, path, e)
                 continue
-            if self.leads_out(str(v)):  # a link that appeared while it loaded: not served
+            if self.leads_out(str(v), loaded=True):  # changed while it loaded: not served
                 self._state[v] = ("END", "refused: it leads out of the base path")
                 del loaded
                 release_freed_memory()

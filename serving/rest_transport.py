@@ -22,13 +22,21 @@ Content-Length (negative, not a number) is answered 400, and so is a request wit
 both Content-Length and Transfer-Encoding (`_StrictParser`), after which the connection is
 closed (RFC 9112 section 6.1: such a request may be smuggling a second one in its body). Only
 complete requests reach the application, on a bounded pool of `threads`.
+
+Answers have a deadline too: a client that never reads them (its receive window at zero) leaves
+waitress holding what the kernel's send buffer could not take, up to a whole answer (pipelined:
+up to `outbuf_high_watermark`, a worker waiting on it), and no idle time-out closes it (reading a
+byte now and then is activity; reading none only marks it to close on a write event that a full
+send buffer never raises). So output waiting `response_timeout_s` to be sent closes its
+connection with a reset (`_StrictChannel.output_since`); at the cap it is shed like the oldest
+unfinished request.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import socket
+import struct
 import threading
 import time
 
@@ -38,6 +46,7 @@ from waitress.parser import HTTPRequestParser, ParsingError
 from waitress.server import TcpWSGIServer
 from waitress.task import ErrorTask
 
+from pgn_tf.serving import peers
 from pgn_tf.serving.rest_service import HARDENED_HEADERS, JSON_CONTENT_TYPE, RestApp, json_body
 from pgn_tf.serving.status import echo
 
@@ -80,18 +89,12 @@ class _JsonErrorTask(ErrorTask):
 
 
 def client_key(addr) -> str:
-    """The client a connection is counted against for the per-client cap: its IPv4 address
-    (an IPv4-mapped IPv6 one too), or the /64 an IPv6 address lies in (one host is given a /64
-    and may take any address in it)."""
+    """The client a connection (its accept() address) is counted against for the per-client
+    cap (serving.peers)."""
     try:
-        ip = ipaddress.ip_address(addr[0])
-    except (ValueError, TypeError, IndexError):
+        return peers.client_key(addr[0])
+    except (TypeError, IndexError, KeyError):
         return str(addr)
-    if ip.version == 6:
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((int(ip) >> 64 << 64, 64)))
-    return str(ip)
 
 
 def _refusal(status: str, message: str) -> bytes:
@@ -118,12 +121,34 @@ class _StrictChannel(HTTPChannel):
     """A connection. `request_started` is the time (monotonic) of the first byte of the request
     being read, None between requests: set by the first byte, even a blank line (a client
     sending only blank lines completes empty requests, which must not restart the clock), and
-    cleared when a complete request goes to a worker; `_Server.maintenance` times it out."""
+    cleared when a complete request goes to a worker; `_Server.maintenance` times it out.
+
+    `output_since`: the time (monotonic) since which output has waited in waitress' buffers, None
+    while they are empty, kept by the `total_outbufs_len` setter that every path writing, sending
+    or dropping output goes through. Bytes sent meanwhile do not restart it, only empty buffers
+    stop it: the response-write deadline counts from when the client fell behind, so one reading
+    a byte every few seconds gets no longer than one reading none (a minimum drain rate instead
+    would let a client reading at just that rate hold its output for size / rate, and would have
+    to suit every link). An honest client must take an answer at about its size / the deadline."""
 
     parser_class = _StrictParser
     error_task_class = _JsonErrorTask
     request_started: float | None = None
+    output_since: float | None = None
+    _outbufs_len = 0
     _counted = False
+
+    @property
+    def total_outbufs_len(self) -> int:  # waitress' count of the bytes waiting to be sent
+        return self._outbufs_len
+
+    @total_outbufs_len.setter
+    def total_outbufs_len(self, n: int) -> None:
+        if not n:
+            self.output_since = None
+        elif self.output_since is None:
+            self.output_since = time.monotonic()
+        self._outbufs_len = n
 
     def __init__(self, server, sock, addr, adj, map=None):
         self.client = client_key(addr)
@@ -153,11 +178,26 @@ class _StrictChannel(HTTPChannel):
                          "byte (--rest_api_request_read_timeout_seconds)")
         self.will_close = True
 
+    def abort(self) -> None:
+        """On the I/O loop (output past its deadline, or shed): closes with a reset (SO_LINGER
+        0), dropping the output in waitress' buffers and the kernel's, which a plain close would
+        leave the kernel probing a shut window with for minutes. A worker blocked on the output
+        (past `outbuf_high_watermark`) is woken and told the client has gone."""
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        except OSError:
+            pass
+        self.handle_close()
+
     def shed(self, max_connections: int) -> None:
         """On the I/O loop, no request of this connection being served: closes it now to make
-        room for a new one (`_Server.handle_accept`). An unfinished request is answered 408, as
-        at its deadline; a connection between requests closes silently, as at its idle
-        time-out (a client must be ready for that on an idle keep-alive connection)."""
+        room for a new one (`_Server.handle_accept`). Output the client is not taking is dropped
+        with a reset, as at its deadline; an unfinished request is answered 408, as at its
+        deadline; a connection between requests closes silently, as at its idle time-out (a
+        client must be ready for that on an idle keep-alive connection)."""
+        if self.output_since is not None:
+            self.abort()
+            return
         if self.request_started is not None:
             age = time.monotonic() - self.request_started
             self._answer_408(
@@ -196,28 +236,31 @@ _SHED_IDLE_GRACE_S = 1.0
 
 
 class _Server(TcpWSGIServer):
-    """waitress' TCP server with the three bounds a trickling client meets (module docstring):
-    the request deadline, checked in `maintenance` (waitress runs it every `cleanup_interval`,
-    here 1 s, beside its own idle check), the per-client cap, checked at accept, and shedding at
-    the connection cap (`handle_accept`): many addresses, each within its cap, can still fill
-    `connection_limit`, and waitress would then stop accepting, leaving every new connection in
-    the listen backlog until one closes."""
+    """waitress' TCP server with the bounds a trickling client meets (module docstring): the
+    request and response-write deadlines, checked in `maintenance` (waitress runs it every
+    `cleanup_interval`, here 1 s, beside its own idle check), the per-client cap, checked at
+    accept, and shedding at the connection cap (`handle_accept`): many addresses, each within
+    its cap, can still fill `connection_limit`, and waitress would then stop accepting, leaving
+    every new connection in the listen backlog until one closes."""
 
     channel_class = _StrictChannel
 
     def __init__(self, app, adj: Adjustments, socket_map: dict, request_timeout_s: float,
-                 max_connections_per_client: int):
+                 max_connections_per_client: int, response_timeout_s: float):
         self.request_timeout_s = request_timeout_s
+        self.response_timeout_s = response_timeout_s
         self.max_connections_per_client = max_connections_per_client
         self._per_client: dict[str, int] = {}
         self._count_lock = threading.Lock()  # channels close on the I/O loop and in stop()
         self.refused_connections = 0  # by the per-client cap
         self.timed_out_requests = 0
+        self.timed_out_responses = 0  # closed at the response-write deadline
         self.shed_connections = 0  # closed at the connection cap to make room, idle ones too
         self.shed_idle_connections = 0  # of those, the ones between requests
+        self.shed_stuck_connections = 0  # and the ones whose output the client was not taking
         self.max_connections = adj.connection_limit - _OWN_SOCKETS
         self._next_shed_check = 0.0  # monotonic: at the cap, listen again from then
-        self._accept_error_logged = self._full_logged = 0.0
+        self._accept_error_logged = self._full_logged = self._write_timeout_logged = 0.0
         super().__init__(app, map=socket_map, adj=adj)
 
     def connection_opened(self, client: str) -> None:
@@ -249,16 +292,23 @@ class _Server(TcpWSGIServer):
 
     def shed_candidate(self) -> _StrictChannel | None:
         """The connection a new one may replace at the cap, or None (then `_next_shed_check`
-        says when to look again): the one whose unfinished request started longest ago, at least
+        says when to look again): the one whose unfinished request started longest ago, or
+        whose output has waited for the client longest (`output_since`), at least
         `_SHED_GRACE_S` ago; else the one idle between requests longest, at least
-        `_SHED_IDLE_GRACE_S`. Never one with a request queued or being served, a response still
-        being written, or already closing. One pass over the open connections."""
+        `_SHED_IDLE_GRACE_S`. Never one with a request queued or being served, nor one already
+        closing with nothing left to send (output waiting makes one a candidate even when
+        marked to close: waitress closes it only once the client takes it). One pass over the
+        open connections."""
         now, wall = time.monotonic(), time.time()
         oldest = idlest = None  # (started, channel), (last activity, channel)
         for channel in self.active_channels.values():
-            if channel.requests or channel.will_close or channel.close_when_flushed:
+            if channel.requests:
                 continue
-            started = channel.request_started
+            started = channel.output_since
+            if started is None:
+                if channel.will_close or channel.close_when_flushed:
+                    continue
+                started = channel.request_started
             if started is not None:
                 if oldest is None or started < oldest[0]:
                     oldest = (started, channel)
@@ -281,10 +331,10 @@ class _Server(TcpWSGIServer):
         if time.monotonic() - self._full_logged > 60:
             self._full_logged = time.monotonic()
             log.warning("REST connections are at --rest_api_max_connections=%d: each new one "
-                        "closes the oldest unfinished request over %g s old (or idle connection "
-                        "over %g s), %d so far, or waits in the listen backlog while there is "
-                        "none", self.max_connections, _SHED_GRACE_S, _SHED_IDLE_GRACE_S,
-                        self.shed_connections)
+                        "closes the oldest unfinished request or unread answer over %g s old "
+                        "(or idle connection over %g s), %d so far, or waits in the listen "
+                        "backlog while there is none", self.max_connections, _SHED_GRACE_S,
+                        _SHED_IDLE_GRACE_S, self.shed_connections)
 
     def handle_accept(self):
         victim = None  # at the cap: the connection the next accepted one replaces
@@ -317,7 +367,9 @@ class _Server(TcpWSGIServer):
                 continue  # refused without shedding: an address at its cap sheds nobody
             if victim is not None:
                 self.shed_connections += 1
-                self.shed_idle_connections += victim.request_started is None
+                stuck = victim.output_since is not None
+                self.shed_stuck_connections += stuck
+                self.shed_idle_connections += not stuck and victim.request_started is None
                 victim.shed(self.max_connections)  # closed now: its slot is free
             try:
                 self.set_socket_options(conn)
@@ -330,19 +382,41 @@ class _Server(TcpWSGIServer):
                 return
 
     def maintenance(self, now):
+        """waitress' idle check, then the deadlines. waitress only marks a connection to close
+        (`will_close`), acted on at its next write event, which one whose client stopped reading
+        may never have: closed here, nothing of it being served. Output past the write deadline
+        goes with its connection even while a request of it is served (whose worker may be the
+        one waiting on that output)."""
         super().maintenance(now)  # idle connections (between requests, or before the first)
-        cutoff = time.monotonic() - self.request_timeout_s
+        mono = time.monotonic()
+        read_cutoff, write_cutoff = mono - self.request_timeout_s, mono - self.response_timeout_s
         for channel in list(self.active_channels.values()):
-            started = channel.request_started
-            if (started is not None and started < cutoff and not channel.requests
-                    and not channel.will_close and not channel.close_when_flushed):
+            pending, started = channel.output_since, channel.request_started
+            if pending is not None and pending < write_cutoff:
+                self.timed_out_responses += 1  # counted and logged first: seen closed, it's done
+                self._log_write_timeout()
+                channel.abort()
+            elif channel.requests:
+                continue
+            elif channel.will_close:
+                channel.handle_close()
+            elif (started is not None and started < read_cutoff
+                    and not channel.close_when_flushed):
                 self.timed_out_requests += 1
                 channel.time_out_request(self.request_timeout_s)
+
+    def _log_write_timeout(self) -> None:
+        if time.monotonic() - self._write_timeout_logged > 60:  # a flood logs once a minute
+            self._write_timeout_logged = time.monotonic()
+            log.warning("closing a REST connection whose answer has not drained to the client "
+                        "within %g s (--rest_api_response_write_timeout_seconds), %d so far",
+                        self.response_timeout_s, self.timed_out_responses)
 
 
 def make_server(app: RestApp, host: str, port: int, threads: int, connection_limit: int,
                 channel_timeout_s: float, max_body_bytes: int, socket_map: dict, *,
-                request_timeout_s: float, max_connections_per_client: int):
+                request_timeout_s: float, max_connections_per_client: int,
+                response_timeout_s: float):
     """A waitress server for `app` (not started: call .run() on a thread). Its I/O loop runs
     while `socket_map` holds channels: `waitress.wasyncore.close_all(socket_map)` ends it.
 
@@ -351,14 +425,17 @@ def make_server(app: RestApp, host: str, port: int, threads: int, connection_lim
       channel_timeout_s: an idle connection's life (--rest_api_idle_timeout_seconds);
       request_timeout_s: a request's, from its first byte until it is complete
       (--rest_api_request_read_timeout_seconds); max_connections_per_client: open connections
-      of one client address (--rest_api_max_connections_per_client).
+      of one client address (--rest_api_max_connections_per_client); response_timeout_s: how
+      long output may wait for a client that does not take it
+      (--rest_api_response_write_timeout_seconds).
     """
     adj = Adjustments(
         host=host, port=port, threads=threads,
         connection_limit=connection_limit + _OWN_SOCKETS,
         channel_timeout=max(1, round(channel_timeout_s)),
-        cleanup_interval=1,  # how often idle connections and late requests are closed
+        cleanup_interval=1,  # how often idle connections and late requests, answers close
         max_request_body_size=max_body_bytes + 1,  # waitress refuses at >= the limit
         max_request_header_size=64 * 1024, asyncore_use_poll=True,  # poll: no 1,024-fd limit
         backlog=2048, expose_tracebacks=False, ident="pgn_tf-serving")
-    return _Server(app, adj, socket_map, request_timeout_s, max_connections_per_client)
+    return _Server(app, adj, socket_map, request_timeout_s, max_connections_per_client,
+                   response_timeout_s)

@@ -9,7 +9,8 @@ the default, serves no REST; `auto` picks a free port); the server's own limits 
 `--grpc_request_receive_timeout_seconds`, `--grpc_max_streams_awaiting_request` (gRPC's own
 connection bounds are set through TF Serving's `--grpc_channel_arguments`),
 `--rest_api_max_connections`, `--rest_api_idle_timeout_seconds`,
-`--rest_api_request_read_timeout_seconds` and `--rest_api_max_connections_per_client`;
+`--rest_api_request_read_timeout_seconds`, `--rest_api_response_write_timeout_seconds` and
+`--rest_api_max_connections_per_client`;
 `--rest_api_allowed_hosts` answers only the Host names it lists. `--ssl_config_file` (TF
 Serving's SSLConfig, serving.tls) puts gRPC on TLS; the REST port, plaintext HTTP, then stays
 closed unless `--allow_plaintext_rest` opens it. Modules: serving.service (the library:
@@ -34,7 +35,7 @@ import threading
 
 from pgn_tf.serving import tls
 from pgn_tf.serving.batching import BatchingParameters, parse_batching_parameters
-from pgn_tf.serving.grpc_server import DEFAULT_CHANNEL_ARGUMENTS, parse_channel_arguments
+from pgn_tf.serving.grpc_channel_arguments import DEFAULT_CHANNEL_ARGUMENTS, parse_channel_arguments
 from pgn_tf.serving.metrics import parse_monitoring_config
 from pgn_tf.serving.models import ModelSpec
 from pgn_tf.serving.service import Server, ServerOptions, read_model_config
@@ -107,8 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc_max_streams_awaiting_request", type=int,
                    default=d.grpc_max_streams_awaiting_request,
                    help="gRPC calls waiting for their request message at most, over all "
-                        "connections; past it the one that has waited longest is ended with "
-                        "RESOURCE_EXHAUSTED")
+                        "connections, reading or parked; past it the oldest parked one (else "
+                        "the oldest) is ended with RESOURCE_EXHAUSTED")
+    p.add_argument("--grpc_awaiting_message_memory_mb", type=int,
+                   default=d.grpc_awaiting_message_memory_mb,
+                   help="MiB that gRPC calls reading their request message may hold together "
+                        "at worst (each up to the receive limit): this over the limit is how "
+                        "many read at once; the rest are parked, holding at most 64 KiB each")
     p.add_argument("--rest_api_num_threads", type=int, default=d.rest_api_num_threads)
     p.add_argument("--rest_api_timeout_in_ms", type=int, default=int(d.rest_api_timeout_s * 1000),
                    help="deadline of a REST request (0: none)")
@@ -121,6 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                    default=d.rest_api_request_read_timeout_s,
                    help="a REST request not complete (request line, headers, body) this long "
                         "after its first byte is answered 408 and closed, however it trickles")
+    p.add_argument("--rest_api_response_write_timeout_seconds", type=float,
+                   default=d.rest_api_response_write_timeout_s,
+                   help="a REST connection whose answer has waited this long for a client that "
+                        "does not read it (however little it reads) is closed with a reset")
     p.add_argument("--rest_api_max_connections_per_client", type=int,
                    default=d.rest_api_max_connections_per_client,
                    help="open REST connections one client address (IPv6: its /64) may hold; "
@@ -191,11 +201,13 @@ def options_from_args(args) -> tuple[dict, ServerOptions]:
         grpc_channel_arguments=parse_channel_arguments(args.grpc_channel_arguments),
         grpc_request_receive_timeout_s=args.grpc_request_receive_timeout_seconds,
         grpc_max_streams_awaiting_request=args.grpc_max_streams_awaiting_request,
+        grpc_awaiting_message_memory_mb=args.grpc_awaiting_message_memory_mb,
         rest_api_num_threads=args.rest_api_num_threads,
         rest_api_timeout_s=args.rest_api_timeout_in_ms / 1000 or None,
         rest_api_max_connections=args.rest_api_max_connections,
         rest_api_idle_timeout_s=args.rest_api_idle_timeout_seconds,
         rest_api_request_read_timeout_s=args.rest_api_request_read_timeout_seconds,
+        rest_api_response_write_timeout_s=args.rest_api_response_write_timeout_seconds,
         rest_api_max_connections_per_client=args.rest_api_max_connections_per_client,
         rest_api_allowed_hosts=tuple(h.strip() for h in args.rest_api_allowed_hosts.split(",")
                                      if h.strip()),

@@ -14,6 +14,7 @@ from google.protobuf import text_format
 from tensorflow_serving.config import model_server_config_pb2
 
 from pgn_tf.serving import (
+    grpc_channel_arguments,
     grpc_server,
     grpc_service,
     rest_service,
@@ -46,16 +47,20 @@ class ServerOptions:
     grpc_max_threads: int = 32  # --grpc_max_threads
     grpc_max_concurrent_rpcs: int = 128  # --grpc_max_concurrent_rpcs
     # --grpc_channel_arguments: gRPC channel arguments over this server's bounds
-    # (grpc_server.DEFAULT_CHANNEL_ARGUMENTS: streams per connection, connection age, idle, pings)
+    # (grpc_channel_arguments.DEFAULT_CHANNEL_ARGUMENTS: streams per connection, connection age, idle, pings)
     grpc_channel_arguments: dict = dataclasses.field(default_factory=dict)
     grpc_request_receive_timeout_s: float = 30.0  # --grpc_request_receive_timeout_seconds
     grpc_max_streams_awaiting_request: int = 2048  # --grpc_max_streams_awaiting_request
+    # what streams reading their request message may hold together, at worst
+    grpc_awaiting_message_memory_mb: int = 1024  # --grpc_awaiting_message_memory_mb
     rest_api_num_threads: int = 8  # --rest_api_num_threads
     rest_api_timeout_s: float | None = 30.0  # --rest_api_timeout_in_ms / 1000
     rest_api_max_connections: int = 1000  # --rest_api_max_connections
     rest_api_idle_timeout_s: float = 30.0  # --rest_api_idle_timeout_seconds
     # a request's time from its first byte until it is complete, whatever it trickles
     rest_api_request_read_timeout_s: float = 30.0  # --rest_api_request_read_timeout_seconds
+    # how long an answer may wait for a client that does not read it
+    rest_api_response_write_timeout_s: float = 30.0  # --rest_api_response_write_timeout_seconds
     rest_api_max_connections_per_client: int = 100  # --rest_api_max_connections_per_client
     rest_api_allowed_hosts: tuple[str, ...] = ()  # --rest_api_allowed_hosts (empty: any Host)
     metrics_path: str | None = None  # from --monitoring_config_file
@@ -71,6 +76,7 @@ class ServerOptions:
     def validate(self) -> ServerOptions:
         for name in ("max_request_bytes", "max_batch_rows", "grpc_max_threads",
                      "grpc_max_concurrent_rpcs", "grpc_max_streams_awaiting_request",
+                     "grpc_awaiting_message_memory_mb",
                      "rest_api_num_threads",
                      "rest_api_max_connections", "warmup_iterations"):
             if getattr(self, name) <= 0:
@@ -82,7 +88,7 @@ class ServerOptions:
             raise ValueError("--grpc_max_concurrent_rpcs must be at least --grpc_max_threads")
         if not self.grpc_request_receive_timeout_s > 0:
             raise ValueError("--grpc_request_receive_timeout_seconds must be positive")
-        grpc_server.check_channel_arguments(self.grpc_channel_arguments)
+        grpc_channel_arguments.check_channel_arguments(self.grpc_channel_arguments)
         if self.rest_port not in (None, 0, "auto") and (
                 not isinstance(self.rest_port, int) or not 0 < self.rest_port < 65536):
             raise ValueError(f"--rest_api_port must be a port number, 0 or auto, got "
@@ -104,7 +110,9 @@ class ServerOptions:
     def _validate_rest(self) -> None:
         for name, value in (("rest_api_idle_timeout_seconds", self.rest_api_idle_timeout_s),
                             ("rest_api_request_read_timeout_seconds",
-                             self.rest_api_request_read_timeout_s)):
+                             self.rest_api_request_read_timeout_s),
+                            ("rest_api_response_write_timeout_seconds",
+                             self.rest_api_response_write_timeout_s)):
             if not value > 0:
                 raise ValueError(f"--{name} must be positive, got {value}")
         per_client = self.rest_api_max_connections_per_client
@@ -234,17 +242,28 @@ class Server:
         # tensorflow_model_server, whose flag's arguments come after its own)
         options = {"grpc.max_receive_message_length": receive,
                    "grpc.max_send_message_length": send,
-                   **grpc_server.DEFAULT_CHANNEL_ARGUMENTS, **opts.grpc_channel_arguments}
+                   **grpc_channel_arguments.DEFAULT_CHANNEL_ARGUMENTS, **opts.grpc_channel_arguments}
+        if options["grpc.max_receive_message_length"] > receive:
+            # the input checks would then parse what they can never accept
+            raise ValueError(f"--grpc_channel_arguments: grpc.max_receive_message_length must "
+                             f"be at most {receive}, the largest request --max_request_bytes "
+                             "admits; raise --max_request_bytes instead")
+        # each reading stream may hold a whole message: the memory budget over that
+        per_stream = options["grpc.max_receive_message_length"] + \
+            grpc_channel_arguments.STREAM_OVERHEAD_BYTES
+        max_reading = max(1, opts.grpc_awaiting_message_memory_mb * 2**20 // per_stream)
         credentials = None  # never the insecure port when a certificate is given
         if opts.ssl_config is not None:
             credentials = tls.server_credentials(opts.ssl_config)
         self.grpc = grpc_server.GrpcServer(
             grpc_service.method_table(
                 grpc_service.Services(self.predictor, self.registry, self.metrics)),
-            f"{opts.host}:{opts.port}", credentials, max_threads=opts.grpc_max_threads,
+            f"[{opts.host}]:{opts.port}" if ":" in opts.host else f"{opts.host}:{opts.port}",
+            credentials, max_threads=opts.grpc_max_threads,
             max_concurrent_rpcs=opts.grpc_max_concurrent_rpcs,
             receive_timeout_s=opts.grpc_request_receive_timeout_s,
-            max_awaiting=opts.grpc_max_streams_awaiting_request, options=list(options.items()))
+            max_awaiting=opts.grpc_max_streams_awaiting_request, max_reading=max_reading,
+            options=list(options.items()))
         self.port = self.grpc.port
 
     def _start_rest(self, opts: ServerOptions) -> None:
@@ -260,7 +279,8 @@ class Server:
             opts.rest_api_num_threads, opts.rest_api_max_connections,
             opts.rest_api_idle_timeout_s, 2 * opts.max_request_bytes, self._http_map,
             request_timeout_s=opts.rest_api_request_read_timeout_s,
-            max_connections_per_client=opts.rest_api_max_connections_per_client)
+            max_connections_per_client=opts.rest_api_max_connections_per_client,
+            response_timeout_s=opts.rest_api_response_write_timeout_s)
         self.rest_port = int(self.http.effective_port)
         self._http_thread = threading.Thread(target=self.http.run, daemon=True, name="rest-io")
         self._http_thread.start()

@@ -368,7 +368,7 @@ def test_a_server_error_log_is_a_finding_but_grpcs_own_noise_is_not(loopback):
 
 
 def test_the_wire_framing_lies_as_told():
-    from pgn_tf.serving import fuzz_grpc_wire as w
+    from pgn_tf.serving import fuzz_grpc_inputs as w
 
     payload = b"\x0a\x03pgn"
     honest = w.frame(w.Wire(payload=payload), 1000)
@@ -381,8 +381,40 @@ def test_the_wire_framing_lies_as_told():
     gz = w.frame(w.Wire(payload=payload, encoding=2), 1000)
     assert gz[0] == 1 and gzip.decompress(gz[5:]) == payload
     padded = w.frame(w.Wire(payload=payload, size=w.SIZES.index("L+1")), 1000)
-    assert len(padded) == 5 + 1001
+    assert len(padded) == 5 + 1001 == 5 + w.message_bytes(w.Wire(payload=payload, size=3), 1000)
     assert w.Wire(payload=payload).honest() and not w.Wire(framing=w.FRAMING_TWO).honest()
+
+
+def test_the_wire_harness_keeps_honest_connections_and_the_receive_limit(tmp_path):
+    """Honest streams share a connection (a dishonest one between has its own), each answered
+    its own answer; under the campaign's smaller receive limit L a message of L reaches a
+    handler, one of L+1 does not, and one past the limit that does is a finding."""
+    from pgn_tf.serving import fuzz_grpc_inputs as w
+    from pgn_tf.serving import fuzz_grpc_wire
+    from pgn_tf.serving.fuzz_loopback import LoopbackServer
+
+    fuzz_harness.write_stand_in_export(str(tmp_path))
+    srv = LoopbackServer(str(tmp_path), **fuzz_grpc_wire.server_options())
+    try:
+        h = fuzz_grpc_wire.WireHarness(srv)
+        ok, nope = (predict_input(name=n, articles=[b"a ."])[1:] for n in ("pgn", "nope"))
+        lie = w.Wire(framing=w.FRAMING_TWO, encoding=2, delta=5, payload=ok)
+        out = [h.one(x.serialize()) for x in (w.Wire(payload=ok), w.Wire(payload=nope), lie,
+                                                w.Wire(payload=ok), w.Wire(payload=nope))]
+        assert out[:2] + out[3:] == ["Predict OK", "Predict NOT_FOUND"] * 2, out
+        assert h.client.connections == 2 and h.limit < 2**20
+        for size, reached in (("L", 1), ("L+1", 0)):
+            before = srv.stages.totals["transport"]
+            assert h.one(w.Wire(payload=ok, size=w.SIZES.index(size)).serialize()) in (
+                "Predict OK", "Predict RESOURCE_EXHAUSTED", "Predict late")
+            assert srv.stages.totals["transport"] - before == reached, size
+        h.limit = h.client.limit = h.limit // 2  # the server takes more than the harness says
+        with pytest.raises(fuzz_harness.Finding, match="past the receive limit"):
+            h.one(w.Wire(payload=ok, size=w.SIZES.index("L+1")).serialize())
+        srv.abandon_input()
+        h.close()
+    finally:
+        srv.stop()
 
 
 def test_the_model_mutator_builds_valid_requests_of_fuzzed_strings():
@@ -409,7 +441,7 @@ def test_the_model_mutator_builds_valid_requests_of_fuzzed_strings():
 
 
 def _wire_reproducers() -> list:
-    from pgn_tf.serving import fuzz_grpc_wire as w
+    from pgn_tf.serving import fuzz_grpc_inputs as w
 
     req = predict_pb2.PredictRequest()
     req.model_spec.name = "pgn"

@@ -1,16 +1,19 @@
-"""The REST door against clients that trickle: a request deadline no byte extends, a cap on one
-client address' connections, and the optional Host check (serving.rest_service).
+"""The REST door against clients that trickle: a request deadline no byte extends, a deadline
+on answers that clients do not read, a cap on one client address' connections, and the optional
+Host check (serving.rest_service).
 
 Each test starts a real Server on loopback over the tiny model, with small bounds, and attacks it
-with benchmarks.trickle_rest's Trickler from other addresses of 127.0.0.0/8 (Linux routes the
-whole block to loopback). The trickler sleeps between its bytes: that is the attack; the tests
-wait on what the server does (a connection closed, an answer) with a bounded poll.
+with benchmarks.trickle_rest's Trickler, or a raw socket that does not read, from other addresses
+of 127.0.0.0/8 (Linux routes the whole block to loopback). The trickler sleeps between its bytes,
+the slow reader between its reads: that is the attack; the tests wait on what the server does (a
+connection closed, an answer) with a bounded poll.
 """
 
 import contextlib
 import http.client
 import json
 import socket
+import time
 
 import pytest
 
@@ -184,6 +187,153 @@ def test_a_keep_alive_connection_idle_between_requests_outlives_the_request_dead
             keep.close()
 
 
+def _send_buffer_max() -> int:
+    """The most the kernel lets a socket's send buffer grow to (Linux: tcp_wmem's max)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+            return int(f.read().split()[2])
+    except (OSError, ValueError, IndexError):
+        return 4 * 2**20
+
+
+# An answer bigger than the server's kernel can hold for the client: the rest waits in waitress.
+STUCK_ARTICLE = _send_buffer_max() + 2 * 2**20
+
+
+def unread_predict(port: int, source: str, article_bytes: int, rcvbuf: int = 1024):
+    """A connection from `source` whose receive buffer is `rcvbuf` (set before connecting, so
+    its window is that small from the start) that has sent one :predict answered with an
+    article of `article_bytes` (the tiny model echoes it) and read nothing yet."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+        sock.bind((source, 0))
+        sock.settimeout(20)
+        sock.connect(("127.0.0.1", port))
+        body = json.dumps({"instances": ["x" * article_bytes]}).encode()
+        sock.sendall(f"POST /v1/models/{MODEL}:predict HTTP/1.1\r\nHost: t\r\n"
+                     f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def channel_of(srv, sock):
+    """The server's connection for the client socket `sock`, None once it has closed it."""
+    name = sock.getsockname()
+    return next((c for c in list(srv.http.active_channels.values())
+                 if tuple(c.addr[:2]) == name), None)
+
+
+def stuck(srv, sock):
+    """The server's connection for `sock`, once its answer is written and waits in it for the
+    client (before, what waits may be a header about to be sent)."""
+
+    def waiting():
+        channel = channel_of(srv, sock)
+        return channel is not None and channel.output_since is not None and not channel.requests
+
+    assert wait_until(waiting, 20), \
+        "the answer never waited for the client: is it bigger than the kernel's send buffer?"
+    return channel_of(srv, sock)
+
+
+def drain_to_end(sock) -> tuple[int, bool]:
+    """(bytes read, whether the stream ended: EOF or a reset) reading `sock` until it ends (its
+    timeout bounds each read)."""
+    got = 0
+    try:
+        while chunk := sock.recv(65536):
+            got += len(chunk)
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return got, False
+    return got, True
+
+
+def test_a_client_that_never_reads_its_answer_is_closed_at_the_write_deadline(base, caplog):
+    """The answer waits in waitress for a client whose receive window stays shut: waitress'
+    idle time-out only marks such a connection to close on a write event that never comes, so
+    it held its output (MBs) and its slot for good. The 1 s write deadline resets it, while a
+    well-formed client is answered as usual."""
+    with caplog.at_level("WARNING", logger="serving"), \
+            serving(base, rest_api_response_write_timeout_s=1, rest_api_idle_timeout_s=30) as srv, \
+            unread_predict(srv.rest_port, "127.0.0.2", STUCK_ARTICLE) as sock:
+        channel = stuck(srv, sock)
+        assert get(srv.rest_port)[0] == 200
+        # 20 s: under the idle time-out, so only the write deadline can close it in time
+        assert wait_until(lambda: channel_of(srv, sock) is None, 20)
+        assert srv.http.timed_out_responses == 1 and not channel.connected
+        got, ended = drain_to_end(sock)
+        assert ended and got < STUCK_ARTICLE  # the rest of the answer was dropped
+        lines = [r.getMessage() for r in caplog.records
+                 if "--rest_api_response_write_timeout_seconds" in r.getMessage()]
+        assert len(lines) == 1 and "127.0.0" not in lines[0], lines
+        assert get(srv.rest_port)[0] == 200
+
+
+# The trickling reader, once the server has sent it more from its buffers: a read of READ_BYTES
+# every READ_PAUSE_S, at most 100 KB/s however fast the machine, which its answer outlasts.
+READ_BYTES, READ_PAUSE_S, TRICKLE_DEADLINE_S = 1024, 0.01, 3
+TRICKLE_ARTICLE = STUCK_ARTICLE + 8 * 2**20
+
+
+def test_a_client_reading_a_little_at_a_time_gets_no_longer_than_one_reading_none(base):
+    """Each read lets the server send some more, which restarts waitress' idle clock: a reader
+    keeping that up would hold its connection and output as long as its answer lasts (hours, a
+    byte every few seconds). The write deadline counts from when output first waited, and bytes
+    drained since do not restart it. The reader takes 64 KiB a read until the server has sent
+    some of what waited (so that is seen well before the deadline, and is not all of it), then
+    trickles."""
+    with serving(base, rest_api_response_write_timeout_s=TRICKLE_DEADLINE_S,
+                 rest_api_idle_timeout_s=30, max_request_bytes=4 * TRICKLE_ARTICLE) as srv, \
+            unread_predict(srv.rest_port, "127.0.0.2", TRICKLE_ARTICLE,
+                           rcvbuf=64 * 1024) as sock:
+        channel = stuck(srv, sock)
+        since, waiting = channel.output_since, channel.total_outbufs_len
+        drained = 0  # by the server from its own buffers, its clock still at `since`
+        got, ended = 0, False
+        for _ in range(int(20 / READ_PAUSE_S)):  # 20 s of trickle: under the idle time-out
+            try:
+                chunk = sock.recv(READ_BYTES if drained else 64 * 1024)
+            except ConnectionResetError:
+                chunk = b""
+            if not chunk:
+                ended = True
+                break
+            got += len(chunk)
+            if got >= TRICKLE_ARTICLE:
+                break  # the whole answer came through: the deadline did not hold
+            if not drained and channel.output_since == since:
+                drained = max(0, waiting - channel.total_outbufs_len)
+            time.sleep(READ_PAUSE_S)
+        assert drained > 0  # the reads made the server send more, and that did not save it
+        assert ended and got < TRICKLE_ARTICLE
+        assert srv.http.timed_out_responses == 1 and channel_of(srv, sock) is None
+
+
+def test_connections_whose_answers_are_not_read_are_shed_at_the_connection_cap(base):
+    """Two unread answers fill --rest_api_max_connections=2 long before their write deadline:
+    without shedding them a new connection waited in the listen backlog. The one whose output
+    has waited longest is reset to make room."""
+    with serving(base, rest_api_max_connections=2, rest_api_max_connections_per_client=2,
+                 rest_api_response_write_timeout_s=60) as srv, \
+            unread_predict(srv.rest_port, "127.0.0.2", STUCK_ARTICLE) as first:
+        first_channel = stuck(srv, first)
+        with unread_predict(srv.rest_port, "127.0.0.3", STUCK_ARTICLE) as second:
+            stuck(srv, second)
+            status, body, _ = get(srv.rest_port, source="127.0.0.4", timeout=20)
+            assert status == 200 and body["model_version_status"][0]["state"] == "AVAILABLE"
+            assert (srv.http.shed_connections, srv.http.shed_stuck_connections,
+                    srv.http.shed_idle_connections) == (1, 1, 0)
+            assert not first_channel.connected and channel_of(srv, second) is not None
+            got, ended = drain_to_end(first)
+            assert ended and got < STUCK_ARTICLE
+            assert srv.http.timed_out_responses == 0
+
+
 def test_one_address_holds_at_most_its_cap_of_connections(base):
     with serving(base, rest_api_max_connections=20, rest_api_max_connections_per_client=3) as srv:
         held = []
@@ -259,19 +409,23 @@ def test_the_host_check_refuses_unlisted_hosts_before_routing_and_is_off_by_defa
 def test_bounds_are_flags_with_defaults_and_bad_values_are_refused_in_one_line(tmp_path):
     args = build_parser().parse_args(["--model_base_path", str(tmp_path)])
     _, opts = options_from_args(args)
-    assert (opts.rest_api_request_read_timeout_s, opts.rest_api_max_connections_per_client,
-            opts.rest_api_allowed_hosts) == (30.0, 100, ())
+    assert (opts.rest_api_request_read_timeout_s, opts.rest_api_response_write_timeout_s,
+            opts.rest_api_max_connections_per_client, opts.rest_api_allowed_hosts) == \
+        (30.0, 30.0, 100, ())
     assert opts.rest_api_max_connections_per_client < opts.rest_api_max_connections
     args = build_parser().parse_args([
         "--model_base_path", str(tmp_path), "--rest_api_request_read_timeout_seconds", "5",
-        "--rest_api_max_connections_per_client", "7",
+        "--rest_api_response_write_timeout_seconds", "9", "--rest_api_max_connections_per_client", "7",
         "--rest_api_allowed_hosts", "localhost, [::1]:8501,pgn.example"])
     _, opts = options_from_args(args)
     assert opts.rest_api_request_read_timeout_s == 5 and \
+        opts.rest_api_response_write_timeout_s == 9 and \
         opts.rest_api_max_connections_per_client == 7
     assert opts.rest_api_allowed_hosts == ("localhost", "[::1]:8501", "pgn.example")
     for bad, match in [
             (dict(rest_api_request_read_timeout_s=0), "--rest_api_request_read_timeout_seconds"),
+            (dict(rest_api_response_write_timeout_s=-1),
+             "--rest_api_response_write_timeout_seconds"),
             (dict(rest_api_max_connections_per_client=0), "in \\[1, --rest_api_max_connections"),
             (dict(rest_api_max_connections=10, rest_api_max_connections_per_client=11),
              "--rest_api_max_connections_per_client"),

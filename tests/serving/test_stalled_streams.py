@@ -16,7 +16,7 @@ import grpc
 import pytest
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from pgn_tf.serving import grpc_server
+from pgn_tf.serving import grpc_channel_arguments
 from pgn_tf.serving.server import main
 from pgn_tf.serving.service import Server
 from tests.serving.helpers import add_version, request, stub, summaries, wait_until
@@ -243,7 +243,7 @@ def test_stop_ends_stalled_streams_and_frees_the_port(base):
     ("grpc.x=2147483648", {"grpc.x": "2147483648"}),  # past int32: a string, as TF Serving
 ])
 def test_grpc_channel_arguments_parse_as_tf_serving_parses_them(text, expected):
-    assert grpc_server.parse_channel_arguments(text) == expected
+    assert grpc_channel_arguments.parse_channel_arguments(text) == expected
 
 
 @pytest.mark.parametrize("text, message", [
@@ -258,7 +258,7 @@ def test_grpc_channel_arguments_parse_as_tf_serving_parses_them(text, expected):
 ])
 def test_malformed_grpc_channel_arguments_are_one_line_errors(text, message):
     with pytest.raises(ValueError, match=message) as e:
-        grpc_server.parse_channel_arguments(text)
+        grpc_channel_arguments.parse_channel_arguments(text)
     assert "--grpc_channel_arguments" in str(e.value) and "\n" not in str(e.value)
 
 
@@ -274,7 +274,7 @@ def test_the_bounds_are_applied_unless_overridden():
     from pgn_tf.serving.service import ServerOptions
 
     assert ServerOptions().grpc_channel_arguments == {}
-    assert grpc_server.DEFAULT_CHANNEL_ARGUMENTS["grpc.max_concurrent_streams"] > 0
+    assert grpc_channel_arguments.DEFAULT_CHANNEL_ARGUMENTS["grpc.max_concurrent_streams"] > 0
     with pytest.raises(ValueError, match="takes an integer"):
         ServerOptions(grpc_channel_arguments={"grpc.max_connection_age_ms": "soon"}).validate()
     with pytest.raises(ValueError, match="--grpc_request_receive_timeout_seconds"):
