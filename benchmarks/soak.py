@@ -3,7 +3,8 @@ versions are pushed.
 
     python -m benchmarks.soak --model_base_path runs/export/pgn [--minutes 30] [--clients 32] \
         [--hostile 4] [--push_every 30] [--no_batching] [--data validation.jsonl.gz] \
-        [--tls] [--stalled_streams 1000 --stalled_connections 10] [--trickle 2000]
+        [--tls] [--stalled_streams 1000 --stalled_connections 10] [--trickle 2000] \
+        [--trickle_sources 20]
 
 The newest version under --model_base_path is copied into a temporary base as version 1 and
 served by a fresh server process on loopback (with serving/batching.config unless
@@ -46,7 +47,12 @@ from benchmarks.common import articles_from, emit, percentiles, vector_flags
 from benchmarks.load_clients import Load, grpc_channel
 from benchmarks.pki import write_pki
 from benchmarks.stalled_grpc import StalledStreams
-from benchmarks.trickle_rest import REQUEST_LINE, Trickler, raise_open_file_limit
+from benchmarks.trickle_rest import (
+    REQUEST_LINE,
+    Trickler,
+    raise_open_file_limit,
+    source_addresses,
+)
 from pgn_tf.serving.client import make_request
 from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.utils import procfs
@@ -218,8 +224,11 @@ def main() -> None:
                         "(benchmarks.trickle_rest.Trickler)")
     p.add_argument("--trickle_every", type=float, default=10.0)
     p.add_argument("--trickle_source", default="127.0.0.2",
-                   help="the trickling connections' loopback address (the clients use "
+                   help="the trickling connections' first loopback address (the clients use "
                         "127.0.0.1)")
+    p.add_argument("--trickle_sources", type=int, default=1,
+                   help="loopback addresses the trickling connections are spread over, from "
+                        "--trickle_source on (each within --rest_api_max_connections_per_client)")
     a = p.parse_args()
     source = newest_version(a.model_base_path)
     articles = articles_from(a.data, 200)
@@ -247,7 +256,8 @@ def main() -> None:
     hostile = Hostile(grpc_port, rest_port, a.model_name, articles[0], credentials)
     stalled = StalledStreams(f"[::1]:{grpc_port}", a.stalled_streams, a.stalled_connections,
                              credentials) if a.stalled_streams else None
-    trickler = Trickler(rest_port, a.trickle, a.trickle_every, source=a.trickle_source,
+    trickler = Trickler(rest_port, a.trickle, a.trickle_every,
+                        source=source_addresses(a.trickle_source, a.trickle_sources),
                         lead=REQUEST_LINE.replace(b"default", a.model_name.encode())) \
         if a.trickle else None
     pushed, live_seen, after_first_swap = [1], [], None

@@ -261,7 +261,7 @@ class _Server(TcpWSGIServer):
         self.max_connections = adj.connection_limit - _OWN_SOCKETS
         self._next_shed_check = 0.0  # monotonic: at the cap, listen again from then
         self._accept_error_logged = self._full_logged = self._write_timeout_logged = 0.0
-        super().__init__(app, map=socket_map, adj=adj)
+        super().__init__(app, map=socket_map, adj=adj, _sock=_dual_stack_socket(adj))
 
     def connection_opened(self, client: str) -> None:
         with self._count_lock:
@@ -411,6 +411,17 @@ class _Server(TcpWSGIServer):
             log.warning("closing a REST connection whose answer has not drained to the client "
                         "within %g s (--rest_api_response_write_timeout_seconds), %d so far",
                         self.response_timeout_s, self.timed_out_responses)
+
+
+def _dual_stack_socket(adj: Adjustments) -> socket.socket | None:
+    """For --host ::, a socket that takes IPv4 clients too (IPV6_V6ONLY off), as gRPC's "[::]"
+    does, so one --host means the same on both ports; waitress would make it IPv6 only."""
+    family, socktype, _, sockaddr = adj.listen[0]
+    if family != socket.AF_INET6 or sockaddr[0] != "::":
+        return None
+    sock = socket.socket(family, socktype)
+    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+    return sock
 
 
 def make_server(app: RestApp, host: str, port: int, threads: int, connection_limit: int,

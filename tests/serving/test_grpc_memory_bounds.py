@@ -182,3 +182,22 @@ def test_the_servers_bounds_are_handed_to_grpc(base, monkeypatch):
 def test_message_lengths_that_undo_the_receive_limit_are_refused(base, arguments, message):
     with pytest.raises(ValueError, match=message):
         Server({"m": base}, poll_seconds=0, grpc_channel_arguments=arguments).stop()
+
+
+def test_host_wildcard_ipv6_takes_ipv4_clients_on_both_ports(base):
+    """--host :: serves IPv6 and IPv4 clients on gRPC and REST alike (waitress alone would bind
+    REST IPv6 only, so an IPv4 client would be refused there but served on gRPC)."""
+    import http.client
+
+    srv = Server({"m": base}, host="::", rest_port="auto", poll_seconds=0)
+    try:
+        for host in ("127.0.0.1", "::1"):
+            conn = http.client.HTTPConnection(host, srv.rest_port, timeout=10)
+            conn.request("GET", "/v1/models/m")
+            assert conn.getresponse().status == 200
+            conn.close()
+        with grpc.insecure_channel(f"[::1]:{srv.port}") as v6:
+            assert predict(v6, "six", timeout=10) == ["six"]
+        assert predict(channel(srv.port), "four", timeout=10) == ["four"]
+    finally:
+        srv.stop()
