@@ -31,6 +31,7 @@ import gzip
 import json
 import os
 import random
+import zlib
 
 from tensorflow_serving.apis import predict_pb2
 
@@ -172,7 +173,7 @@ def _articles_of(method: Method, payload: bytes) -> list:
     if method.encoding == "gzip":
         try:
             raw = gzip.decompress(payload)
-        except (OSError, EOFError, ValueError):
+        except (OSError, EOFError, ValueError, zlib.error):  # zlib.error: a corrupt deflate stream
             return []
     try:
         body = json.loads(raw)

@@ -464,3 +464,16 @@ def test_streams_grpc_refuses_itself_are_no_server_error(tmp_path):
         tail = f.read()[-3000:]
     assert r.returncode == 0, tail
     assert len(r.outcomes) == 25 and r.outcomes[-1] == "Predict OK", r.outcomes
+
+
+def test_the_model_harness_reads_a_corrupt_gzip_body_as_no_articles():
+    """The model campaign's own reading of an input stopped at a gzip body whose deflate stream
+    is corrupt (zlib.error is no OSError): the campaign's finding of 2026-12-02."""
+    import gzip
+
+    from pgn_tf.serving import fuzz_model
+
+    method = next(m for m in fuzz_model.METHODS if m.encoding == "gzip")
+    body = bytearray(gzip.compress(b'{"instances": ["' + b"ab" * 500 + b'"]}'))
+    body[10] ^= 0xFF  # the deflate stream's first byte: zlib.error "invalid code lengths set"
+    assert fuzz_model._articles_of(method, bytes(body)) == []
