@@ -308,7 +308,7 @@ def test_a_client_reading_a_little_at_a_time_gets_no_longer_than_one_reading_non
                 break  # the whole answer came through: the deadline did not hold
             if not drained and channel.output_since == since:
                 drained = max(0, waiting - channel.total_outbufs_len)
-            time.sleep(READ_PAUSE_S)
+            time.sleep(READ_PAUSE_S)  # the slow reader's pace is the attack, not a wait for an event
         assert drained > 0  # the reads made the server send more, and that did not save it
         assert ended and got < TRICKLE_ARTICLE
         assert srv.http.timed_out_responses == 1 and channel_of(srv, sock) is None
