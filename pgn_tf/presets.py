@@ -100,7 +100,7 @@ _DEBIAN = {
                 "train.max_grad_norm": 5.0, "train.batch_size": 64, "decode.beam_size": 4,
                 # decoding to [STOP], ABS+'s n-gram match features reward loops ("game of the
                 # game of ..."): both blocks took the conv model's ABS+ from 33.63 to 37.45
-                # ROUGE-1 (docs/records/2026-11-27-abs-study-corpus-preset.md)
+                # ROUGE-1 (research/records/2026-11-27-abs-study-corpus-preset.md)
                 "decode.block_trigrams": True, "decode.block_repeated_words": True}),
 }
 

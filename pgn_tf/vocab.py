@@ -139,7 +139,7 @@ def first_positions(keys: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
 
     By a stable sort of each row, not the [B, L, L] comparison of every pair: at See et al.'s
     400-token articles that comparison and its int32 copy were 49 MiB for a batch of 64, the
-    largest temporaries of a search's encoding (docs/records/2026-11-29-decoding-bans-in-place.md).
+    largest temporaries of a search's encoding (research/records/2026-11-29-decoding-bans-in-place.md).
     """
     b, length = tf.shape(keys)[0], tf.shape(keys)[1]
     order = tf.argsort(keys, axis=1, stable=True)  # equal keys in position order

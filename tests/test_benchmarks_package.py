@@ -1,5 +1,5 @@
-"""benchmarks/ (speed and memory) and studies/ (research) are packages run as
-`python -m benchmarks.NAME` and `python -m studies.NAME`: no script edits sys.path, their modules
+"""benchmarks/ (speed and memory) and research/studies/ (research) are packages run as
+`python -m benchmarks.NAME` and `python -m research.studies.NAME`: no script edits sys.path, their modules
 import no cycle (every import of a module of either, at any depth of the file), and the research
 stays apart from the product: no benchmark, and no module of pgn_tf, serving or pipelines,
 imports a study."""
@@ -10,7 +10,7 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("benchmarks", "studies")
+PACKAGES = ("benchmarks", "research.studies")
 
 
 def imports_of(path: str) -> set[str]:
@@ -46,7 +46,7 @@ def test_no_script_edits_sys_path(package):
 def test_the_packages_import_no_cycle():
     graph = {**modules("benchmarks"), **modules("studies")}
     assert "benchmarks.runner" in graph["benchmarks.compare_peer"]
-    assert "studies.quality_table" in graph["studies.digest_table"]
+    assert "research.studies.quality_table" in graph["research.studies.digest_table"]
     visiting, done = [], set()
 
     def visit(name):
@@ -70,7 +70,7 @@ def test_research_stays_apart_from_the_product():
         for folder, _, names in os.walk(os.path.join(ROOT, top)):
             for name in names:
                 path = os.path.join(folder, name)
-                if name.endswith(".py") and any(m.startswith("studies.")
+                if name.endswith(".py") and any(m.startswith("research.studies.")
                                                 for m in imports_of(path)):
                     importers.append(os.path.relpath(path, ROOT))
     assert importers == []
@@ -80,4 +80,4 @@ def test_imports_inside_functions_count(tmp_path):
     (tmp_path / "a.py").write_text("from studies import b\n")
     (tmp_path / "b.py").write_text("def f():\n    from benchmarks.a import x\n")
     graph = {n[:-3]: imports_of(str(tmp_path / n)) for n in ("a.py", "b.py")}
-    assert graph == {"a": {"studies.b"}, "b": {"benchmarks.a"}}
+    assert graph == {"a": {"research.studies.b"}, "b": {"benchmarks.a"}}

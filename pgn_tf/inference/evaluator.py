@@ -7,7 +7,7 @@ score them (pgn_tf.metrics), returning an `Evaluation`.
 
 Everything that scores summaries goes through these: `python -m pgn_tf.evaluate`, the pipeline's
 evaluate and bless steps, tune (inference.tuning), validation ROUGE during training
-(training.validation) and the studies.
+(training.validation) and the research.studies.
 """
 
 from __future__ import annotations

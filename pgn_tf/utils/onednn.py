@@ -4,7 +4,7 @@ TensorFlow turns its oneDNN kernels on by default only on x86 CPUs with the neur
 extensions (AVX512_VNNI, AVX512_BF16, AMX); on a CPU with AVX2 only (AMD Zen 2 and 3, Intel
 before Cascade Lake: many rented machines) it leaves them off and runs its Eigen kernels. On
 one such CPU, this project's float32 training step and beam search ran faster with oneDNN on,
-in interleaved runs of each (docs/records/2026-11-29-real-avx2-cpu-and-onednn.md), the same
+in interleaved runs of each (research/records/2026-11-29-real-avx2-cpu-and-onednn.md), the same
 kernels every AVX-512 machine already runs.
 
 TensorFlow reads TF_ENABLE_ONEDNN_OPTS once, when it loads, so the commands set it before

@@ -94,7 +94,7 @@ def test_parallel_reader_derives_the_title_file(tmp_path):
 # on summed NLL without clipping (the preset's, as the paper) is stable only up to a point: at
 # lr 0.5 the conv model's eval loss oscillated (14-21 after 80 steps over seeds 1-5 where lr 0.2
 # reached 4.4-5.2) and diverged outright for the default seed on an AVX2-only CPU, where oneDNN's
-# float32 kernels round differently from the AVX-512 ones (docs/records/2026-11-28-abs-lr-
+# float32 kernels round differently from the AVX-512 ones (research/records/2026-11-28-abs-lr-
 # and-cpu-types.md). Precision and seed are named, not left to `auto` and the default.
 ABS_TEST_SETTINGS = [
     "model.hidden_dim=32", "model.emb_dim=16", "data.vocab_size=200", "data.max_enc_steps=60",

@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 
 from pgn_tf.saved_model import graph_check
-from pgn_tf.serving import c_runtime, client
+from pgn_tf.serving import client
+from tools import c_runtime
 from tests.serving.helpers import ARTICLE, request, stub
 
 ARTICLES = [ARTICLE, "", "the council said on monday that the bridge near the station would "

@@ -19,7 +19,7 @@ import tensorflow as tf
 from tensorflow.core.framework import tensor_pb2, types_pb2
 from tensorflow_serving.apis import predict_pb2
 
-from pgn_tf.serving import fuzz, fuzz_harness, fuzz_mutators
+from tools.fuzz import fuzz, fuzz_harness, fuzz_mutators
 
 ALL = fuzz_harness.TARGETS["all"]
 PREDICT = ALL.index(fuzz_harness.GRPC_METHODS[0])
@@ -285,7 +285,7 @@ def test_model_campaign_runs_the_real_model_on_fuzzed_strings(tmp_path):
 
 @pytest.fixture(scope="module")
 def loopback(tmp_path_factory):
-    from pgn_tf.serving.fuzz_loopback import LoopbackServer
+    from tools.fuzz.fuzz_loopback import LoopbackServer
 
     base = str(tmp_path_factory.mktemp("loopback"))
     fuzz_harness.write_stand_in_export(base)
@@ -295,8 +295,8 @@ def loopback(tmp_path_factory):
 
 
 def test_the_http_driver_answers_pipelined_requests_in_order(loopback):
-    from pgn_tf.serving import fuzz_http
-    from pgn_tf.serving.fuzz_http_requests import make_request
+    from tools.fuzz import fuzz_http
+    from tools.fuzz.fuzz_http_requests import make_request
 
     h = fuzz_http.HttpHarness(loopback)
     get = make_request(b"GET", b"/v1/models/pgn", h.port).serialize()
@@ -321,14 +321,14 @@ HTTP_REPRODUCERS = [b"GET http://[::1/x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
 
 
 def test_a_target_urllib_cannot_split_is_answered_400(loopback):
-    from pgn_tf.serving import fuzz_http
+    from tools.fuzz import fuzz_http
 
     h = fuzz_http.HttpHarness(loopback)
     assert [h.one(raw) for raw in HTTP_REPRODUCERS] == ["refused 400"] * 3
 
 
 def test_the_http_checks_call_a_500_and_a_missing_header_a_finding():
-    from pgn_tf.serving import fuzz_http
+    from tools.fuzz import fuzz_http
 
     ex = fuzz_http.Exchange(served=[fuzz_http.Served("GET", "/v1/models/pgn", None)])
     ok = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
@@ -344,7 +344,7 @@ def test_the_http_checks_call_a_500_and_a_missing_header_a_finding():
 
 
 def test_the_http_mutator_keeps_most_requests_parseable():
-    from pgn_tf.serving import fuzz_http_requests
+    from tools.fuzz import fuzz_http_requests
 
     rng = random.Random(3)
     m = fuzz_http_requests.HttpMutator(8501, _bytes_mutator(rng))
@@ -368,7 +368,7 @@ def test_a_server_error_log_is_a_finding_but_grpcs_own_noise_is_not(loopback):
 
 
 def test_the_wire_framing_lies_as_told():
-    from pgn_tf.serving import fuzz_grpc_inputs as w
+    from tools.fuzz import fuzz_grpc_inputs as w
 
     payload = b"\x0a\x03pgn"
     honest = w.frame(w.Wire(payload=payload), 1000)
@@ -389,9 +389,9 @@ def test_the_wire_harness_keeps_honest_connections_and_the_receive_limit(tmp_pat
     """Honest streams share a connection (a dishonest one between has its own), each answered
     its own answer; under the campaign's smaller receive limit L a message of L reaches a
     handler, one of L+1 does not, and one past the limit that does is a finding."""
-    from pgn_tf.serving import fuzz_grpc_inputs as w
-    from pgn_tf.serving import fuzz_grpc_wire
-    from pgn_tf.serving.fuzz_loopback import LoopbackServer
+    from tools.fuzz import fuzz_grpc_inputs as w
+    from tools.fuzz import fuzz_grpc_wire
+    from tools.fuzz.fuzz_loopback import LoopbackServer
 
     fuzz_harness.write_stand_in_export(str(tmp_path))
     srv = LoopbackServer(str(tmp_path), **fuzz_grpc_wire.server_options())
@@ -421,7 +421,7 @@ def test_the_wire_harness_keeps_honest_connections_and_the_receive_limit(tmp_pat
 
 
 def test_the_model_mutator_builds_valid_requests_of_fuzzed_strings():
-    from pgn_tf.serving import fuzz_model
+    from tools.fuzz import fuzz_model
 
     rng = random.Random(5)
     m = fuzz_model.ModelMutator(_bytes_mutator(rng))
@@ -444,7 +444,7 @@ def test_the_model_mutator_builds_valid_requests_of_fuzzed_strings():
 
 
 def _wire_reproducers() -> list:
-    from pgn_tf.serving import fuzz_grpc_inputs as w
+    from tools.fuzz import fuzz_grpc_inputs as w
 
     req = predict_pb2.PredictRequest()
     req.model_spec.name = "pgn"
@@ -474,7 +474,7 @@ def test_the_model_harness_reads_a_corrupt_gzip_body_as_no_articles():
     is corrupt (zlib.error is no OSError): the campaign's finding of 2026-12-02."""
     import gzip
 
-    from pgn_tf.serving import fuzz_model
+    from tools.fuzz import fuzz_model
 
     method = next(m for m in fuzz_model.METHODS if m.encoding == "gzip")
     body = bytearray(gzip.compress(b'{"instances": ["' + b"ab" * 500 + b'"]}'))
