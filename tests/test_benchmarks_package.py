@@ -13,6 +13,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("benchmarks", "research.studies")
 
 
+def package_module(name: str) -> str | None:
+    """"package.module" of a dotted name inside one of PACKAGES, or None."""
+    for package in PACKAGES:
+        if name.startswith(package + "."):
+            return ".".join(name.split(".")[:package.count(".") + 2])
+    return None
+
+
 def imports_of(path: str) -> set[str]:
     """The benchmarks and studies modules ("package.name") a file imports anywhere in it (top
     level or inside functions)."""
@@ -21,30 +29,29 @@ def imports_of(path: str) -> set[str]:
         if isinstance(node, ast.ImportFrom) and node.module:
             if node.module in PACKAGES:
                 found.update(f"{node.module}.{a.name}" for a in node.names)
-            elif node.module.split(".")[0] in PACKAGES:
-                found.add(".".join(node.module.split(".")[:2]))
+            elif package_module(node.module):
+                found.add(package_module(node.module))
         elif isinstance(node, ast.Import):
-            found.update(".".join(a.name.split(".")[:2]) for a in node.names
-                         if a.name.split(".")[0] in PACKAGES and "." in a.name)
+            found.update(m for m in map(package_module, (a.name for a in node.names)) if m)
     return found
 
 
 def modules(package: str) -> dict[str, set[str]]:
-    folder = os.path.join(ROOT, package)
+    folder = os.path.join(ROOT, *package.split("."))
     return {f"{package}.{name[:-3]}": imports_of(os.path.join(folder, name))
             for name in sorted(os.listdir(folder)) if name.endswith(".py")}
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_no_script_edits_sys_path(package):
-    folder = os.path.join(ROOT, package)
+    folder = os.path.join(ROOT, *package.split("."))
     edits = [name for name in os.listdir(folder) if name.endswith(".py")
              and "sys.path" in open(os.path.join(folder, name)).read()]
     assert edits == []
 
 
 def test_the_packages_import_no_cycle():
-    graph = {**modules("benchmarks"), **modules("studies")}
+    graph = {**modules("benchmarks"), **modules("research.studies")}
     assert "benchmarks.runner" in graph["benchmarks.compare_peer"]
     assert "research.studies.quality_table" in graph["research.studies.digest_table"]
     visiting, done = [], set()
@@ -77,7 +84,7 @@ def test_research_stays_apart_from_the_product():
 
 
 def test_imports_inside_functions_count(tmp_path):
-    (tmp_path / "a.py").write_text("from studies import b\n")
+    (tmp_path / "a.py").write_text("from research.studies import b\n")
     (tmp_path / "b.py").write_text("def f():\n    from benchmarks.a import x\n")
     graph = {n[:-3]: imports_of(str(tmp_path / n)) for n in ("a.py", "b.py")}
     assert graph == {"a": {"research.studies.b"}, "b": {"benchmarks.a"}}

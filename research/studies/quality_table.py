@@ -58,7 +58,13 @@ import time
 from benchmarks.common import cpu_flags, emit
 from benchmarks.runner import sh
 from research.studies import quality_report
-from research.studies.quality_report import CONV_NORM_ROW, COV, CPU_TYPE_ARMS, PRECISION_ARMS, STAGES
+from research.studies.quality_report import (
+    CONV_NORM_ROW,
+    COV,
+    CPU_TYPE_ARMS,
+    PRECISION_ARMS,
+    STAGES,
+)
 
 # See et al.'s recipe in one budget: the pointer-generator, then coverage for this share of it
 COVERAGE_SHARE = 0.25

@@ -9,8 +9,8 @@ import tensorflow as tf
 
 from pgn_tf.saved_model import graph_check
 from pgn_tf.serving import client
-from tools import c_runtime
 from tests.serving.helpers import ARTICLE, request, stub
+from tools import c_runtime
 
 ARTICLES = [ARTICLE, "", "the council said on monday that the bridge near the station would "
             "be repaired .", "café zürich — naïve façade 東京 ."]

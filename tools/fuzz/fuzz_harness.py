@@ -36,8 +36,8 @@ from pgn_tf.saved_model.contract import (
     SUMMARIZE_OPTIONS,
     SUMMARIZE_VERBOSE,
 )
-from tools.fuzz.fuzz_mutators import Method, split_input
 from pgn_tf.utils import procfs
+from tools.fuzz.fuzz_mutators import Method, split_input
 
 MODEL_NAME = "pgn"
 MODEL_VERSION = 1

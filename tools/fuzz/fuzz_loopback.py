@@ -38,6 +38,7 @@ import threading
 import traceback
 import zlib
 
+from pgn_tf.utils import procfs
 from tools.fuzz.fuzz_harness import (
     LABEL,
     MAX_GROWTH_MB,
@@ -46,7 +47,6 @@ from tools.fuzz.fuzz_harness import (
     Finding,
     _peak_kib,
 )
-from pgn_tf.utils import procfs
 
 METRICS_PATH = "/monitoring/prometheus/metrics"
 STAGES = ("transport", "decoder", "model_run")
