@@ -21,8 +21,8 @@ from pgn_tf.utils import procfs
 
 # The tests whose numerics depend on the CPU's kernels and the `auto` precision.
 PATHS = ("tests/layers", "tests/ops", "tests/models", "tests/decoding",
-         "tests/test_objectives.py", "tests/test_train.py", "tests/test_trainer_clip.py",
-         "tests/test_precision_policies.py")
+         "tests/test_objectives.py", "tests/training/test_train.py",
+         "tests/training/test_guard.py", "tests/training/test_precision_policies.py")
 CAP = "AVX2"
 # /proc/cpuinfo's flags of the instruction sets oneDNN ranks above AVX2
 # (pgn_tf.training.hardware.ONEDNN_ISA_LEVELS): AVX2_VNNI (avx_vnni), AVX2_VNNI_2 (avx_ne_convert,

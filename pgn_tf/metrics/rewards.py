@@ -5,7 +5,7 @@ ROUGE-L F1 (Lin 2004; rouge-score's `rougeL` with beta = 1) between token-id seq
 
 The longest common subsequence comes from tensorflow-text's `metrics.rouge_l` kernel (the
 dynamic programme in C++, one pair at a time), which replaced a hand-written vectorised LCS
-here: it gives rouge-score's values on ids (tests/test_rewards.py) and runs inside the
+here: it gives rouge-score's values on ids (tests/metrics/test_rewards.py) and runs inside the
 tf.function training step several times faster (docs/performance.md). It is a custom op, so it
 stays in training: exported graphs hold core TF ops only, which any TF Serving build runs
 (pgn_tf.text says why).

@@ -16,7 +16,7 @@ is not saved at all (only trackables are, and a constant only when a function ca
 function returning it would have to be an endpoint, which an ExportArchive turns into a signature
 that TF Serving would serve. The graph loaders (`saved_model_cli run`, TF Serving's C++ loader,
 the C API) restore it with the other variables and no signature reads it
-(tests/test_export.py, tests/serving/test_c_runtime.py run them over an export holding it).
+(tests/saved_model/test_export.py, tests/serving/test_c_runtime.py run them over an export holding it).
 
 Read fail-closed: `from_saved_model` and `ServingContract.from_json` raise ContractError naming
 what is missing or wrong (no contract, JSON that does not parse, another format version, a

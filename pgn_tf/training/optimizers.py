@@ -8,7 +8,7 @@ multi-threaded pass, and `ResourceSparseApplyAdagradV2` touches the gradient's r
 the reference sizes (20k vocabulary) the optimizer's ops were a sizeable share of a training
 step's op time in a profile (docs/performance.md).
 
-The update rules are Keras's (the tests compare them, `tests/test_optimizers.py`), with two
+The update rules are Keras's (the tests compare them, `tests/training/test_optimizers.py`), with two
 differences that do not matter at these settings:
   * Adagrad's epsilon goes outside the square root, var -= lr g / (sqrt(acc) + eps), where
     Keras has sqrt(acc + eps); with the accumulator starting at 0.1 and eps = 1e-10 the two

@@ -90,7 +90,7 @@ def test_parallel_reader_derives_the_title_file(tmp_path):
         parallel.split_spec(str(tmp_path / "x.txt"))
 
 
-# The three encoders' training settings here and in tests/test_precision_policies.py. Plain SGD
+# The three encoders' training settings here and in tests/training/test_precision_policies.py. Plain SGD
 # on summed NLL without clipping (the preset's, as the paper) is stable only up to a point: at
 # lr 0.5 the conv model's eval loss oscillated (14-21 after 80 steps over seeds 1-5 where lr 0.2
 # reached 4.4-5.2) and diverged outright for the default seed on an AVX2-only CPU, where oneDNN's

@@ -10,7 +10,7 @@ import pytest
 
 from pgn_tf.utils import quiet
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOISE = ["absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard",
          "unsaved custom gradients", "apitools not found", "Resource module is not available"]
 if not quiet.has_nvidia_device():

@@ -6,6 +6,8 @@ import pytest
 from benchmarks import compare_peer, peer, peer_table
 from pgn_tf.utils.errors import UserError
 
+pytestmark = pytest.mark.study  # the speed tools, apart from the product (pyproject.toml)
+
 # bench.sh's output (both modes), its training log's parameter lines included.
 OUTPUT = """\
 [2026-11-20 10:00:01,123 INFO] encoder: 5923584

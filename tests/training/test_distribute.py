@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MAX_STEPS = 16
 DEADLINE_S = 600  # the whole test; each wait below is bounded by it
 

@@ -5,9 +5,12 @@ import importlib
 import json
 
 import keras
+import pytest
 import tensorflow as tf
 
 from benchmarks import gpu_check
+
+pytestmark = pytest.mark.study  # the speed tools, apart from the product (pyproject.toml)
 
 
 def traced_lstm_ops() -> set[str]:

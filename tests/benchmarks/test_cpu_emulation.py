@@ -10,7 +10,9 @@ import pytest
 from benchmarks import common
 from pgn_tf.utils import onednn
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+pytestmark = pytest.mark.study  # the speed tools, apart from the product (pyproject.toml)
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_emulation_restarts_the_process_with_the_caps(monkeypatch):

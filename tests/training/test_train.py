@@ -17,7 +17,7 @@ import tensorflow as tf
 from pgn_tf.data import tfrecord
 from pgn_tf.data.example import Example
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SMALL = ["--set", "model.hidden_dim=16", "--set", "model.emb_dim=8", "--set", "train.batch_size=8",
          "--set", "data.max_enc_steps=50", "--set", "data.max_dec_steps=12",
          "--set", "train.log_every=5", "--set", "train.eval_batches=2", "--quiet"]
@@ -193,7 +193,7 @@ def test_time_budget_and_bfloat16_mixed_precision(tmp_path, corpus):
     """train.max_minutes stops early (checkpoint and eval at the last step); bf16 compute
     trains with finite, falling losses and leaves float32 variables (under an oneDNN cap that
     would crash bf16 on this CPU, .ci/run's second pass: refused in one line instead)."""
-    from tests.test_precision_policies import refused_here
+    from tests.training.test_precision_policies import refused_here
 
     code, out, err = train_in_process(
         tmp_path, "--train_data", corpus["train"], "--eval_data", corpus["validation"],

@@ -14,7 +14,7 @@ import pytest
 from pgn_tf.utils.dirlock import LOCK_NAME, DirLock
 from pgn_tf.utils.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 HOLD = """
 import sys

@@ -10,7 +10,7 @@ import types
 from pgn_tf import commands
 from pgn_tf.utils import onednn, quiet
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_environment_sets_it_only_where_unset_on_x86_64():

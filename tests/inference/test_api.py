@@ -18,7 +18,7 @@ from pgn_tf.inference.saved_model import SavedModelSummarizer
 from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.utils.errors import UserError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")

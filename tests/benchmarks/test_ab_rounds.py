@@ -7,6 +7,8 @@ import pytest
 from benchmarks import ab_rounds
 from pgn_tf.utils.errors import UserError
 
+pytestmark = pytest.mark.study  # the speed tools, apart from the product (pyproject.toml)
+
 
 def test_rounds_alternate_abba_and_take_median_ratios(monkeypatch):
     seen = []
