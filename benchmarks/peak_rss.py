@@ -1,5 +1,6 @@
 """Peak resident memory (RSS) of the processes a command starts: a watcher over a process tree
-(pgn_tf.utils.procfs reads /proc and says why VmHWM).
+(pgn_tf.utils.procfs reads /proc and says why VmHWM), and `run_watched`, which runs one of the
+reference system's commands under it.
 
 The alternatives measure less: getrusage(RUSAGE_CHILDREN)'s ru_maxrss is one maximum over every
 child ever waited for (onmt_build_vocab, onmt_train and onmt_translate of one bench.sh run, and
@@ -11,6 +12,7 @@ the peer's processes every 0.2 s misses at most the last 0.2 s of each one's lif
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
 from collections.abc import Callable
 
@@ -67,3 +69,18 @@ def onmt_phase(argv: list[str]) -> str | None:
     if "onmt_translate" in names:
         return "decoding"
     return None
+
+
+def run_watched(cmd: list[str], **popen) -> tuple[str, int, dict]:
+    """Runs one of the peer's commands, echoing its output as it comes, with its process tree's
+    peak RSS watched: (output, exit status, {phase: peak MiB} as onmt_phase names its
+    processes)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            **popen)
+    lines = []
+    with TreeWatcher(proc.pid, onmt_phase) as watcher:
+        for line in proc.stdout:
+            print("  peer | " + line, end="", flush=True)
+            lines.append(line)
+        proc.wait()
+    return "".join(lines), proc.returncode, watcher.peaks()

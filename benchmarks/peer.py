@@ -11,7 +11,7 @@ import time
 
 import yaml
 
-from benchmarks.runner import run_watched
+from benchmarks.peak_rss import run_watched
 from pgn_tf.utils.errors import UserError
 
 # The decoding both systems are timed on (bench.sh: -beam_size 4 -batch_size 64 -max_length 30,

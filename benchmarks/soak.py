@@ -43,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from benchmarks.common import articles_from, emit, percentiles, vector_flags
+from benchmarks.common import articles_from, emit, percentiles
 from benchmarks.load_clients import Load, grpc_channel
 from benchmarks.pki import write_pki
 from benchmarks.stalled_grpc import StalledStreams
@@ -56,6 +56,7 @@ from benchmarks.trickle_rest import (
 from pgn_tf.serving.client import make_request
 from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.utils import procfs
+from pgn_tf.utils.machine import vector_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -38,10 +38,11 @@ import threading
 import time
 from collections.abc import Sequence
 
-from benchmarks.common import articles_from, emit, percentiles, vector_flags
+from benchmarks.common import articles_from, emit, percentiles
 from benchmarks.load_clients import Load
 from pgn_tf.serving.process import start_server, stop_server
 from pgn_tf.utils import procfs
+from pgn_tf.utils.machine import vector_flags
 
 # What a trickling connection sends by default: a request line, then header lines without end.
 REQUEST_LINE = b"GET /v1/models/default HTTP/1.1\r\n"

@@ -12,7 +12,8 @@ through `run_command`: the console scripts and `python -m pgn_tf.train`, whose m
 so the quiet start (pgn_tf.utils.quiet) and TensorFlow's oneDNN setting (pgn_tf.utils.onednn)
 are in place before the module's imports load TensorFlow, and the command runs from its
 importable module (`pgn_tf.train`, not `__main__`: Beam pickles a pipeline's functions by their
-module's name). Importing a command module, or this one, changes nothing in the process: no
+module's name). A `python -m` module that is not a console script is in NOT_COMMANDS, with
+the reason. Importing a command module, or this one, changes nothing in the process: no
 environment variable, import hook, process or argv read.
 """
 
@@ -34,7 +35,19 @@ COMMANDS = {
     "pgn-batch-summarize": "pgn_tf.pipelines.summarize",
     "pgn-average-checkpoints": "pgn_tf.average_checkpoints",
     "pgn-tune": "pgn_tf.tune",
+    "pgn-significance": "pgn_tf.significance",
     "pgn-quickstart": "pgn_tf.quickstart",
+}
+
+# The other `python -m` modules of the package (they start through run_command too) -> why
+# each is not a console script.
+NOT_COMMANDS = {
+    "pgn_tf.data.synthetic": "writes the bundled synthetic corpus, which pgn-train and "
+                             "pgn-quickstart write themselves when given no data",
+    "pgn_tf.pipelines.debian_descriptions": "builds one corpus once, from the apt lists of a "
+                                            "Debian machine",
+    "pgn_tf.serving.client": "an example client of the stock tensorflow-serving-api stubs: "
+                             "programs call its summarize() function",
 }
 
 

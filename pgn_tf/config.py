@@ -143,12 +143,12 @@ class TrainConfig:
     # Sampled sequences an article in eq. 15. 1: Paulus et al. (one sample, the greedy output as
     # its baseline). k > 1: k samples, each against the mean reward of the other k - 1
     # (objectives.leave_one_out_baseline; not in the paper), at about k times the sampling's
-    # cost; a variance reduction for long summaries (docs/digests.md).
+    # cost; a variance reduction for long summaries (docs/results/digests.md).
     rl_samples: PositiveInt = 1
     # The self-critical reward scores samples and baseline as decoding outputs them: with
     # decode.replace_unk in force, an [UNK] counts as the most-attended source word. Off: an
     # [UNK] matches nothing, so the reward pays for copying what replace_unk copies anyway
-    # (docs/quality.md "Self-critical RL on See et al.'s model"). The papers' presets decode
+    # (docs/results/quality.md "Self-critical RL on See et al.'s model"). The papers' presets decode
     # without replace_unk, so their rewards read [UNK] as matching nothing, as Paulus et al.'s.
     reward_replace_unk: bool = True
     # A new phase (coverage conversion, new objective) starts from the previous phase's "best"
@@ -184,7 +184,7 @@ class TrainConfig:
     # capability >= 7.0) mixed_float16, not measured here; without one mixed_bfloat16 where
     # the CPU multiplies bf16 natively, float32 elsewhere. Off by default
     # (numerics the same on every machine); `auto` in debian_pgn, whose H = 256 matmuls it
-    # speeds up at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"), and in reference_onmt
+    # speeds up at no ROUGE cost (docs/results/quality.md "bfloat16 at H = 256"), and in reference_onmt
     # (measured faster on top of its length buckets, docs/performance.md).
     mixed_precision: Literal["", "auto", "mixed_bfloat16", "mixed_float16"] = ""
     # XLA-compiles the training step (tf.function(jit_compile=True)), one compilation per batch

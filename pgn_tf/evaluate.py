@@ -22,8 +22,9 @@ the data, retokenized with this project's tokenizer), every measure computed the
 75 bytes (Rush et al. 2015's protocol). Writes decoded.jsonl, decoded.txt, reference.txt and
 metrics.json to --output_dir (default <model_dir>/eval_<split name>).
 
-The library call underneath is `pgn_tf.inference.evaluator.evaluate` (the one evaluator); the
-measures are pgn_tf.metrics'. A model dir's tuned ABS+ weights (abs_plus.json, pgn_tf.tune) are
+The library call underneath is `pgn_tf.inference.evaluator.evaluate` (the one evaluator), given
+the source the flags name (a model dir, an export, a baseline or a decoded file); the measures
+are pgn_tf.metrics'. A flag that does not apply to that source is refused. A model dir's tuned ABS+ weights (abs_plus.json, pgn_tf.tune) are
 used unless --set decode.abs_plus_weights=... overrides them; a `[pgn_tf]` line says which.
 """
 
@@ -37,10 +38,17 @@ import argparse
 import json
 
 from pgn_tf.data.articles import EXAMPLE_FORMATS
-from pgn_tf.inference.evaluator import evaluate
+from pgn_tf.inference.evaluator import (
+    BaselineSource,
+    DecodedFileSource,
+    ExportSource,
+    ModelDirSource,
+    Source,
+    evaluate,
+)
 from pgn_tf.metrics.scoring import BASELINES
 from pgn_tf.utils import logs
-from pgn_tf.utils.errors import run_cli
+from pgn_tf.utils.errors import UserError, run_cli
 from pgn_tf.utils.quiet import add_verbose_flag
 
 
@@ -75,19 +83,50 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def refuse_unused(a: argparse.Namespace, flags: tuple[str, ...], source: str, why: str) -> None:
+    """UserError naming the first of flags given that the source does not use."""
+    for flag in flags:
+        if getattr(a, flag) not in (None, []):
+            raise UserError(f"--{flag} does not apply to {source}: {why}")
+
+
+def source_from_flags(a: argparse.Namespace) -> Source:
+    """The one source the flags name; UserError for two sources, none, or a flag that does not
+    apply to the one named."""
+    if a.baseline and a.decoded:
+        raise UserError("give --baseline or --decoded, not both")
+    if a.saved_model and a.model_dir:
+        raise UserError("give --model_dir or --saved_model, not both")
+    if a.baseline or a.decoded:
+        named = f"--baseline {a.baseline}" if a.baseline else "--decoded"
+        refuse_unused(a, ("saved_model", "beam_size", "batch_size"), named,
+                      "it scores summaries without decoding")
+        if a.decoded:
+            refuse_unused(a, ("lead_words",), named, "it scores the file's summaries")
+            return DecodedFileSource(a.decoded, a.model_dir, a.set)
+        words = a.lead_words is not None or a.baseline != "lead"
+        return BaselineSource(a.baseline, lead_sentences=None if words else a.lead_sentences,
+                              lead_words=a.lead_words, model_dir=a.model_dir, overrides=a.set)
+    refuse_unused(a, ("lead_words",), "a model's summaries", "it applies to --baseline lead")
+    if a.saved_model:
+        refuse_unused(a, ("set", "beam_size"), "an export", "its decoding is in its graph")
+        return ExportSource(a.saved_model, a.batch_size)
+    if not a.model_dir:
+        raise UserError("--model_dir or --saved_model is required unless --baseline or "
+                        "--decoded is given")
+    return ModelDirSource(a.model_dir, a.checkpoint, a.set, a.beam_size, a.batch_size)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Parses the flags, calls pgn_tf.inference.evaluator.evaluate and prints its metrics as
-    one JSON line; 2 on an error the user can fix."""
+    """Parses the flags, builds the source they name, calls
+    pgn_tf.inference.evaluator.evaluate and prints its metrics as one JSON line; 2 on an error
+    the user can fix."""
     a = build_parser().parse_args(argv)
 
     def run() -> None:
-        result = evaluate(
-            a.data, a.model_dir, saved_model=a.saved_model, data_format=a.data_format,
-            limit=a.limit, beam_size=a.beam_size, batch_size=a.batch_size,
-            output_dir=a.output_dir, checkpoint=a.checkpoint, overrides=a.set,
-            baseline=a.baseline, decoded=a.decoded, lead_sentences=a.lead_sentences,
-            lead_words=a.lead_words, bootstrap=a.bootstrap,
-            rouge_recall_bytes=a.rouge_recall_bytes, progress=not a.quiet)
+        result = evaluate(source_from_flags(a), a.data, data_format=a.data_format,
+                          limit=a.limit, output_dir=a.output_dir, bootstrap=a.bootstrap,
+                          rouge_recall_bytes=a.rouge_recall_bytes, progress=not a.quiet)
         print(json.dumps(result.metrics))
 
     with logs.to_stdout():

@@ -158,7 +158,7 @@ def restore_model(model, path: str) -> None:
             f"{path} does not hold every weight of this model: it was written for another "
             f"architecture, or by a version of pgn_tf whose model it does not match (a "
             f"convolutional ABS encoder trained before its layers were checkpointed, "
-            f"docs/quality.md \"Rush et al.'s ABS, re-run\"); retrain it") from None
+            f"docs/results/quality.md \"Rush et al.'s ABS, re-run\"); retrain it") from None
 
 
 def checkpoint_embedding_rows(path: str) -> int | None:

@@ -4,8 +4,8 @@ experiment configs).
 Each is a one-line description, the presets it builds on (applied first, in order), and the
 values it sets as `section.key`, typed and checked as `--set` values are. A corpus recipe's
 time budget on a 2-core machine is its `train.max_minutes`. Why each value is what it is, with
-the runs that measured it: docs/presets.md. Names starting with "_" are parts several presets
-share (a corpus' lengths and evaluation rules); `--config` takes only the others.
+the runs that measured it: docs/training/presets.md. Names starting with "_" are parts several
+presets share (a corpus' lengths and evaluation rules); `--config` takes only the others.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class Preset:
         return self.values.get("train.max_minutes")
 
 
-# The papers' own settings (docs/presets.md lists where the project departs from them).
+# The papers' own settings (docs/training/presets.md lists where the project departs from them).
 _PAPERS = {
     "see2017_baseline": Preset(
         "See et al. (2017) section 5: the attentional seq2seq baseline, no copying, 50k vocab",
@@ -124,7 +124,7 @@ _DIGESTS = {
                 "data.bucket_by_summary_length": True}),
     # See et al.'s hour split 40 + 20 (the headlines' is 45 + 15): at 15 minutes the coverage
     # loss was still falling and one looping output held a third of the duplicate 3-grams
-    # (docs/digests.md, "Results, 2026-11-26").
+    # (docs/results/digests.md, "Results, 2026-11-26").
     "digest_baseline": Preset(
         "See et al.'s baseline on the digests, 40 minutes (digest_pgn without copying)",
         bases=("see2017_baseline", "_digest_see"), values={"train.max_minutes": 40}),

@@ -20,7 +20,7 @@ import os
 import tensorflow as tf
 
 from pgn_tf.data import dataset
-from pgn_tf.inference.evaluator import evaluate
+from pgn_tf.inference.evaluator import ModelDirSource, evaluate
 from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.saved_model import export
 from pgn_tf.training.run import train
@@ -43,7 +43,8 @@ def walk_through(workdir: str, overrides: list[str]) -> None:
     out = summarizer.summarize(tf.constant([e.article for e in examples]))
     for ex, s in zip(examples, out["summaries"].numpy()):
         print(f"article:   {ex.article[:110]}...\nreference: {ex.summary}\nsummary:   {s.decode()}\n")
-    print(json.dumps(evaluate(valid, model_dir, limit=200, progress=False).metrics))
+    result = evaluate(ModelDirSource(model_dir), valid, limit=200, progress=False)
+    print(json.dumps(result.metrics))
 
     print("\n== 3. exporting the SavedModel")
     base = os.path.join(workdir, "export")

@@ -219,19 +219,19 @@ def score_saved_model(path: str, validation: str, limit: int, batch_size: int,
     """The one evaluator (pgn_tf.inference.evaluator.evaluate) on an export: the first `limit`
     validation examples decoded with the exact tokens it would serve (its summarize_verbose
     signature) and scored as pgn_tf.evaluate scores them; a progress bar counts the articles."""
-    from pgn_tf.inference.evaluator import evaluate
+    from pgn_tf.inference.evaluator import ExportSource, evaluate
 
-    result = evaluate(validation, saved_model=path, data_format="tfrecord", limit=limit,
-                      batch_size=batch_size, progress=bool(verbose))
+    result = evaluate(ExportSource(path, batch_size), validation, data_format="tfrecord",
+                      limit=limit, progress=bool(verbose))
     return {**result.metrics, "system": path}
 
 
 def lead_metrics(validation: str, limit: int, lead_words: int) -> dict:
     """The lead baseline (the first lead_words words) scored by the one evaluator."""
-    from pgn_tf.inference.evaluator import evaluate
+    from pgn_tf.inference.evaluator import BaselineSource, evaluate
 
-    return evaluate(validation, data_format="tfrecord", limit=limit, baseline="lead",
-                    lead_words=lead_words, progress=False).metrics
+    return evaluate(BaselineSource("lead", lead_words=lead_words), validation,
+                    data_format="tfrecord", limit=limit, progress=False).metrics
 
 
 def evaluate_step(inputs: dict, out_dir: str, verbose: int = 1) -> dict:

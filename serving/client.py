@@ -82,7 +82,7 @@ def summarize_rest(server: str, model_name: str, articles: list[str],
     return [p["summaries"] if isinstance(p, dict) else p for p in preds]
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pgn_tf.serving.client",
                                 description=__doc__.splitlines()[0])
     p.add_argument("text", nargs="?", help="the article, or - (default) for standard input")
@@ -99,6 +99,11 @@ def main(argv: list[str] | None = None) -> int:
                                       "for a server whose SSLConfig sets client_verify")
     p.add_argument("--ssl_key", help="PEM file of this client's private key (with --ssl_cert)")
     add_verbose_flag(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     tls_flags = args.ssl_ca or args.ssl_cert or args.ssl_key
     if args.rest and tls_flags:

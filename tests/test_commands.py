@@ -1,10 +1,13 @@
-"""The console commands of setup.py and the `python -m` commands of docs/usage.md: both forms of
+"""The console commands of setup.py and the `python -m` commands of the docs pages: both forms of
 a command hand its module to pgn_tf.commands.run_command (the quiet start before TensorFlow
-loads, then the module's main()), and `--help` works. After `pip install -e .` (as .ci/run does)
-the installed console scripts are checked and the `pgn-summarize` script is run too."""
+loads, then the module's main()), and `--help` works. Every `python -m` module of the package
+is a console command or says why not (pgn_tf.commands.NOT_COMMANDS). After `pip install -e .`
+(as .ci/run does) the installed console scripts are checked and the `pgn-summarize` script is
+run too."""
 
 import ast
 import contextlib
+import glob
 import importlib
 import importlib.metadata
 import importlib.util
@@ -19,7 +22,9 @@ import pytest
 from pgn_tf import commands
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-USAGE = os.path.join(ROOT, "docs", "usage.md")
+DOCS = os.path.join(ROOT, "docs")
+# The installed package's folders: pipelines/ and serving/ install inside it (setup.py).
+PACKAGE_DIRS = {"pgn_tf": "pgn_tf", "pipelines": "pgn_tf.pipelines", "serving": "pgn_tf.serving"}
 
 
 def setup_commands() -> dict:
@@ -70,7 +75,7 @@ def python_m_runs(module: str) -> str | None:
 def test_each_console_command_is_its_python_m_form(name, monkeypatch):
     """`pgn-train ARGS` is `python -m pgn_tf.train ARGS` (setup.py's promise): the installed
     script and the module's `__main__` guard both hand pgn_tf.train to run_command, so both start
-    quietly (docs/usage.md) and run the same main()."""
+    quietly (docs/getting-started.md) and run the same main()."""
     module = commands.COMMANDS.get(name)
     assert module, f"{name} is in setup.py but not in pgn_tf.commands.COMMANDS"
     assert COMMANDS[name] == "pgn_tf.commands:" + getattr(commands, COMMANDS[name].split(":")[1]
@@ -89,18 +94,75 @@ def test_each_console_command_is_its_python_m_form(name, monkeypatch):
     assert ran == [module], f"the {name} script ({ep.value}) does not start via run_command"
 
 
-def test_the_usage_docs_name_the_commands_and_modules_that_run():
-    """docs/usage.md names every console command, with the module setup.py runs for it, and
-    every `python -m` module it shows exists and starts through run_command."""
-    text = open(USAGE, encoding="utf-8").read()
+def docs_text() -> str:
+    """Every docs/**/*.md page, one after another (in name order)."""
+    pages = sorted(glob.glob(os.path.join(DOCS, "**", "*.md"), recursive=True))
+    assert pages, "docs/ holds no .md page"
+    return "\n".join(open(page, encoding="utf-8").read() for page in pages)
+
+
+def test_the_docs_name_the_commands_and_modules_that_run():
+    """The docs pages together name every console command, with the module setup.py runs for
+    it, and every `python -m pgn_tf...` module they show exists and starts through run_command
+    (a placeholder such as `python -m pgn_tf.VERB`, in capitals, names no module)."""
+    text = docs_text()
     assert set(re.findall(r"(?<![\w-])pgn-[a-z]+(?:-[a-z]+)*", text)) == set(COMMANDS) == \
         set(commands.COMMANDS)
-    for name, module in re.findall(r"`(pgn-[a-z-]+)` \(`([\w.]+)`\)", text):
+    for name, module in re.findall(r"`(pgn-[a-z-]+)`\s+\(`([\w.]+)`\)", text):
         assert commands.COMMANDS[name] == module, (name, module)
-    modules = set(re.findall(r"python\s+-m\s+(pgn_tf(?:\.\w+)+)", text))
+    modules = set(re.findall(r"python\s+-m\s+(pgn_tf(?:\.[a-z_][a-z0-9_]*)+)\b", text))
     assert set(commands.COMMANDS.values()) <= modules  # each command shown in its python -m form
     wrong = sorted(m for m in modules if python_m_runs(m) != m)
-    assert not wrong, f"docs/usage.md shows python -m {wrong}: not started via run_command"
+    assert not wrong, f"the docs show python -m {wrong}: not started via run_command"
+
+
+def main_guard_modules() -> dict:
+    """{dotted module name: path} of the package's modules with a module-level
+    `if __name__ == "__main__":` block (a docstring that shows one does not count)."""
+    found = {}
+    for folder, package in PACKAGE_DIRS.items():
+        for dirpath, dirnames, filenames in os.walk(os.path.join(ROOT, folder)):
+            dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+            for name in filenames:
+                if not name.endswith(".py"):
+                    continue
+                path = os.path.join(dirpath, name)
+                tree = ast.parse(open(path, encoding="utf-8").read())
+                if any(isinstance(node, ast.If) and
+                       ast.unparse(node.test) == "__name__ == '__main__'" for node in tree.body):
+                    rel = os.path.relpath(path, os.path.join(ROOT, folder))[:-3]
+                    parts = [p for p in rel.split(os.sep) if p != "__init__"]
+                    found[".".join([package] + parts)] = path
+    return found
+
+
+def test_every_python_m_module_is_a_command_or_says_why_not():
+    """A module that runs as `python -m` is a console script (COMMANDS) or in NOT_COMMANDS
+    with its reason, never both; neither table names a module that is not there; and each one
+    starts through run_command."""
+    found = main_guard_modules()
+    scripts = set(commands.COMMANDS.values())
+    assert not scripts & set(commands.NOT_COMMANDS), "a module in both tables"
+    missing = sorted(set(found) - scripts - set(commands.NOT_COMMANDS))
+    assert not missing, f"python -m modules in neither table of pgn_tf/commands.py: {missing}"
+    gone = sorted((scripts | set(commands.NOT_COMMANDS)) - set(found))
+    assert not gone, f"pgn_tf/commands.py names modules without a __main__ block: {gone}"
+    assert all(why.strip() for why in commands.NOT_COMMANDS.values())
+    wrong = sorted(m for m in found if python_m_runs(m) != m)
+    assert not wrong, f"python -m {wrong} does not start via run_command"
+
+
+def test_the_scan_counts_guards_not_docstrings(tmp_path, monkeypatch):
+    """The scan above counts a module-level guard, not one shown in a docstring (as
+    pgn_tf/commands.py's is), nor one inside a function."""
+    pkg = tmp_path / "pgn_tf"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "sub" / "tool.py").write_text('if __name__ == "__main__":\n    pass\n')
+    (pkg / "doc.py").write_text('"""\nif __name__ == "__main__":\n"""\n')
+    (pkg / "inner.py").write_text('def f():\n    if __name__ == "__main__":\n        pass\n')
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", str(tmp_path))
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE_DIRS", {"pgn_tf": "pgn_tf"})
+    assert set(main_guard_modules()) == {"pgn_tf.sub.tool"}
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

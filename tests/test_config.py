@@ -199,7 +199,7 @@ def test_speed_switches_are_off_by_default():
 
 
 def test_the_debian_see_presets_take_the_measured_speed_switches():
-    """Measured at no ROUGE cost (docs/quality.md "bfloat16 at H = 256"): debian_pgn and
+    """Measured at no ROUGE cost (docs/results/quality.md "bfloat16 at H = 256"): debian_pgn and
     debian_coverage bucket by summary length and use bf16 where the CPU multiplies it natively;
     the speed comparison's reference_onmt (and its digests' form) use bf16 likewise and cut
     both lengths into ten buckets each, as the reference batches examples sorted by length."""
@@ -214,7 +214,7 @@ def test_the_debian_see_presets_take_the_measured_speed_switches():
 
 
 def test_the_coverage_phase_continues_at_a_fifth_of_the_rate():
-    """Measured (docs/quality.md "Every checkpoint scored"): a fresh Adam at debian_pgn's 1e-3
+    """Measured (docs/results/quality.md "Every checkpoint scored"): a fresh Adam at debian_pgn's 1e-3
     knocks the converted model's eval NLL up; debian_coverage starts its own cosine at 2e-4."""
     pgn, cov = config.resolve("debian_pgn"), config.resolve("debian_coverage")
     assert (pgn.train.learning_rate, cov.train.learning_rate) == (1e-3, 2e-4)
@@ -316,7 +316,7 @@ PAPERS = ("see2017_baseline", "see2017_pgn", "see2017_coverage", "paulus2017", "
 @pytest.mark.parametrize("name", PAPERS)
 def test_the_papers_presets_decode_as_the_papers(name):
     """None of the papers replaces an output [UNK] by a source word, in decoding or in the RL
-    reward (docs/presets.md)."""
+    reward (docs/training/presets.md)."""
     cfg = config.resolve(name)
     assert not cfg.decode.replace_unk and not cfg.replaces_unk()
     assert not cfg.decode.block_repeated_words

@@ -8,7 +8,7 @@ cannot be installed.
 installed TensorFlow wheel's C API (its include/ folder and libtensorflow_cc.so.2);
 `run_signature()` feeds a signature's inputs by the tensor names of its SignatureDef, as TF
 Serving does, and parses what the program prints; `registered_ops()` lists the ops the C
-runtime registers. What this shows and does not show: docs/usage.md.
+runtime registers. What this shows and does not show: docs/serving/stock-model-server.md.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 /* Runs a SavedModel signature in TensorFlow's C runtime, with no Python in the process: the
  * loader and executor that tensorflow_model_server embeds (tools.c_runtime builds and drives
- * it; docs/usage.md says what it shows).
+ * it; docs/serving/stock-model-server.md says what it shows).
  *
  *   saved_model_run ops OUT_FILE
  *       writes the OpList (tensorflow/core/framework/op_def.proto) of every op registered in

@@ -94,9 +94,12 @@ def _softmax_banned_in_place(logits: tf.Tensor, n, rows: tf.Tensor, cols: tf.Ten
     is int32) it refuses with an error."""
     v = vocab_width(logits)
     flat = rows * v + cols
-    check = tf.debugging.assert_less(
-        tf.cast(n, tf.int64) * tf.cast(v, tf.int64), tf.constant(2**31, tf.int64),
-        message="the search's hypotheses times the vocabulary must stay under 2**31")
+    entries = tf.cast(n, tf.int64) * tf.cast(v, tf.int64)
+    # Strings only: an Assert with other data runs in a cond, and a cond that grappler proves
+    # but cannot prune (an Assert is stateful) has its loop optimizer log a C++ warning.
+    check = tf.debugging.Assert(entries < 2**31, [
+        "the search's hypotheses times the vocabulary must stay under 2**31, not",
+        tf.strings.as_string(entries)])
     with tf.control_dependencies([flat, check]):
         probs = tf.nn.softmax(tf.cast(logits, tf.float32))
     banned = tf.raw_ops.InplaceUpdate(x=tf.reshape(probs, [-1]), i=flat,

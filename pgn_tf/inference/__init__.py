@@ -12,7 +12,8 @@ One concept a module:
   summarizer.py   Summarizer: the in-graph decode (tokenize -> search -> words), compiled
   saved_model.py  SavedModelSummarizer: the same calls over an export's signatures
   evaluator.py    the one decode-and-score path (evaluate, the pipeline's bless, tune,
-                  validation ROUGE, the studies)
+                  validation ROUGE, the studies), and the sources evaluate scores: a model
+                  dir, an export, a baseline, a decoded file
   tuning.py       ABS+ feature weights by coordinate ascent, written into the model dir
   corpus.py       a file of articles summarized into a file of summaries, resumably
 The search itself is built from the config and a per-call request in one place:

@@ -117,8 +117,8 @@ class SummarizerAPI(abc.ABC):
     def explain(self, article: str, request: DecodeRequest | None = None) -> dict:
         """One article's summary with what produced it:
 
-        summary: str; tokens: list[str] [T], the output tokens; source_tokens: list[str] [L],
-        the article tokens the encoder read; attention: float32 [T, L], each output step's
+        summary: str; tokens: `list[str]` [T], the output tokens; source_tokens: `list[str]`
+        [L], the article tokens the encoder read; attention: float32 [T, L], each output step's
         attention over them (See et al. eq. 2); p_gen: float32 [T], the generation
         probability of each output token (eq. 8; None for models without a pointer).
         request: as decode's (its beam size, say)."""

@@ -3,7 +3,11 @@ score them (pgn_tf.metrics), returning an `Evaluation`.
 
     decode_and_score(summarizer, EvalSet.prepare(examples, cfg.data), request) -> Evaluation
     score_summaries(decoded, evalset, system=...) -> Evaluation     # a baseline, a file
-    evaluate(data, model_dir=... | saved_model=..., ...) -> Evaluation   # from paths
+    evaluate(source, data, limit=..., output_dir=...) -> Evaluation  # from paths
+
+A source says what is scored: ModelDirSource (a model dir's checkpoint), ExportSource (an
+export), BaselineSource (lead, lead_blocks) or DecodedFileSource (summaries already written);
+each holds only the options that apply to it, checked when it is made.
 
 Everything that scores summaries goes through these: `python -m pgn_tf.evaluate`, the pipeline's
 evaluate and bless steps, tune (inference.tuning), validation ROUGE during training
@@ -199,93 +203,209 @@ def decode_and_score(summarizer: SummarizerAPI, evalset: EvalSet,
     return result
 
 
-def evaluate(data: str, model_dir: str | None = None, *, saved_model: str | None = None,
-             data_format: str | None = None, limit: int | None = None,
-             beam_size: int | None = None, batch_size: int | None = None,
-             output_dir: str | None = None, checkpoint: str = "best",
-             overrides: Sequence[str] = (), baseline: str | None = None,
-             decoded: str | None = None, lead_sentences: int = 3, lead_words: int | None = None,
-             bootstrap: int = 1000, rouge_recall_bytes: int | None = None,
-             progress: bool = True) -> Evaluation:
-    """Scores a model's summaries of `data` (decode_and_score), a baseline's, or a file's
-    (score_summaries): ROUGE with bootstrap intervals, repetition, novelty, the digests'
-    blocks; perplexity and p_gen for a model.
+def _overrides(value: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(value, str):
+        raise UserError(f"overrides are a list of 'section.key=value' strings, not one string "
+                        f"('{value}')")
+    return tuple(value)
+
+
+def _at_least_one(**values: int | None) -> None:
+    for name, value in values.items():
+        if value is not None and value < 1:
+            raise UserError(f"{name} must be at least 1, got {value}")
+
+
+def _scoring_config(model_dir: str | None, overrides: Sequence[str]) -> config_lib.Config:
+    cfg = config_lib.load_from_model_dir(model_dir) if model_dir else config_lib.Config()
+    return config_lib.apply_overrides(cfg, list(overrides))  # data.*: the tokenizer, the cut
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelDirSource:
+    """A trained model dir, decoded in process: how well a checkpoint summarizes, with its
+    perplexity. It decodes with the dir's config and the ABS+ weights `python -m pgn_tf.tune`
+    wrote there; overrides ("decode.key=value") change the decoding, never what the model was
+    trained with. checkpoint: best, latest or a checkpoint path; beam_size, batch_size:
+    decoding's (default the config's)."""
+
+    path: str
+    checkpoint: str = "best"
+    overrides: tuple[str, ...] = ()
+    beam_size: int | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise UserError("a model dir source needs the model dir's path")
+        if not self.checkpoint:
+            raise UserError("checkpoint is best, latest or a checkpoint path, not empty")
+        object.__setattr__(self, "overrides", _overrides(self.overrides))
+        _at_least_one(beam_size=self.beam_size, batch_size=self.batch_size)
+
+    def summarizer(self) -> SummarizerAPI:
+        """The dir's model under its decoding config and the overrides."""
+        return Summarizer.from_model_dir(self.path, self.checkpoint, list(self.overrides),
+                                         "evaluate (of a model)")
+
+    def request(self) -> DecodeRequest:
+        """The decoding asked of it: the config's, with beam_size where given."""
+        return DecodeRequest(beam_size=self.beam_size)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportSource:
+    """An export's version dir (pgn_tf.saved_model.export): the summaries it would serve, from
+    its summarize_verbose signature, to check an export before it is pushed. Its decoding, beam
+    size included, is fixed in its graph, so it takes no overrides; it holds no training graph,
+    so it gets no perplexity. batch_size: articles a call (default the config's)."""
+
+    path: str
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise UserError("an export source needs the export's version dir")
+        _at_least_one(batch_size=self.batch_size)
+
+    def summarizer(self) -> SummarizerAPI:
+        """The export's signatures behind the SummarizerAPI calls."""
+        return Summarizer.from_saved_model(self.path)
+
+    def request(self) -> DecodeRequest:
+        """The decoding asked of it: none beyond the export's own."""
+        return DecodeRequest()
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineSource:
+    """A baseline that needs no model, the floor a model must beat: "lead" (an article's first
+    lead_sentences sentences, 3 unless lead_words is given, or its first lead_words words) or
+    "lead_blocks" (a digest's first sentence of each block the model would read). model_dir:
+    whose config tokenizes and cuts the data (default: the default config); overrides:
+    "section.key=value" on that config (data.*, decode.*)."""
+
+    name: str
+    lead_sentences: int | None = None
+    lead_words: int | None = None
+    model_dir: str | None = None
+    overrides: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.name not in BASELINES:
+            raise UserError(f"unknown baseline '{self.name}' ({', '.join(BASELINES)})")
+        given = [k for k in ("lead_sentences", "lead_words") if getattr(self, k) is not None]
+        if self.name == "lead_blocks" and given:
+            raise UserError(f"the lead_blocks baseline takes each block's first sentence: "
+                            f"give it no {' or '.join(given)}")
+        if len(given) == 2:
+            raise UserError("give the lead baseline lead_sentences or lead_words, not both")
+        _at_least_one(lead_sentences=self.lead_sentences, lead_words=self.lead_words)
+        if self.name == "lead" and not given:
+            object.__setattr__(self, "lead_sentences", 3)
+        object.__setattr__(self, "overrides", _overrides(self.overrides))
+
+    @property
+    def system(self) -> str:
+        """The name its metrics carry: lead_blocks, lead3 (sentences) or lead8w (words)."""
+        if self.name == "lead_blocks":
+            return "lead_blocks"
+        return f"lead{self.lead_words}w" if self.lead_words else f"lead{self.lead_sentences}"
+
+    def config(self) -> config_lib.Config:
+        """The config whose data section tokenizes the articles and references."""
+        return _scoring_config(self.model_dir, self.overrides)
+
+    def summaries(self, evalset: EvalSet, data: config_lib.DataConfig) -> list[list[str]]:
+        """Each example's baseline summary as tokens."""
+        if self.name == "lead":
+            return [lead(a, self.lead_sentences, self.lead_words) for a in evalset.articles]
+        if not any(evalset.blocks):
+            raise UserError("the lead_blocks baseline needs digests (articles of blocks between "
+                            "blank lines, one summary line per block); these examples have none")
+        return [lead_blocks(b, data.max_enc_steps) if b else lead(a, 1, None)
+                for a, b in zip(evalset.articles, evalset.blocks)]
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodedFileSource:
+    """Summaries another system wrote: a file of one summary a line, in the data's order (.gz
+    read compressed), retokenized with this project's tokenizer so that every measure is the
+    one a model gets. model_dir, overrides: as BaselineSource's."""
+
+    path: str
+    model_dir: str | None = None
+    overrides: tuple[str, ...] = ()
+
+    system = "decoded"
+
+    def __post_init__(self) -> None:
+        if not self.path:
+            raise UserError("a decoded file source needs the file's path")
+        object.__setattr__(self, "overrides", _overrides(self.overrides))
+
+    def config(self) -> config_lib.Config:
+        """The config whose data section tokenizes the summaries and references."""
+        return _scoring_config(self.model_dir, self.overrides)
+
+    def summaries(self, evalset: EvalSet, data: config_lib.DataConfig) -> list[list[str]]:
+        """The file's first lines, one per example, as tokens."""
+        return tokenize_texts(read_decoded_file(self.path, len(evalset.examples)), data)
+
+
+Source = ModelDirSource | ExportSource | BaselineSource | DecodedFileSource
+
+
+def evaluate(source: Source, data: str, *, data_format: str | None = None,
+             limit: int | None = None, output_dir: str | None = None, bootstrap: int = 1000,
+             rouge_recall_bytes: int | None = None, progress: bool = True) -> Evaluation:
+    """Scores the summaries `source` gives for `data`: ROUGE with bootstrap intervals,
+    repetition, novelty, the digests' blocks. A model dir or an export decodes
+    (decode_and_score; perplexity too for a model dir); a baseline or a file is scored as it
+    is (score_summaries).
 
     Args:
-      data: any pgn_tf data path; limit: its first N examples.
-      model_dir: the model (its `checkpoint`: best, latest or a path), decoding with the ABS+
-        weights `python -m pgn_tf.tune` wrote there unless overridden; overrides:
-        "section.key=value" on its config: decode.* for a model (what it was trained with
-        stays), decode.* and data.* for a baseline or a decoded file.
-      saved_model: an export's version dir instead of model_dir: the summaries it serves
-        (its summarize_verbose signature; no perplexity: an export holds no training graph).
-      baseline: "lead" (lead_sentences, or lead_words) or "lead_blocks"; decoded: a file of
-        summaries, one a line; either scores without decoding (model_dir then only gives the
-        tokenizer's config).
-      beam_size, batch_size: decoding's (default the config's).
+      source: a ModelDirSource, ExportSource, BaselineSource or DecodedFileSource.
+      data: any pgn_tf data path (data_format: detected when None); limit: its first N examples.
       output_dir: where decoded.jsonl, decoded.txt, reference.txt and metrics_NAME.json go
-        (default <model_dir>/eval_<data name> with a model dir; none without).
+        (default <model dir>/eval_<data name> where the source names a model dir; none without).
       bootstrap: resamples of the confidence intervals (0: none);
       rouge_recall_bytes: also ROUGE recall of summaries cut to N bytes (DUC: 75).
-    Raises UserError for a bad combination or path.
+      progress: a progress bar over the decoding.
+    Raises UserError for a bad path or data the source cannot score.
     """
-    decoded_file = decoded
-    if baseline and baseline not in BASELINES:
-        raise UserError(f"unknown baseline '{baseline}' ({', '.join(BASELINES)})")
-    if baseline and decoded_file:
-        raise UserError("give --baseline or --decoded, not both")
-    if saved_model and model_dir:
-        raise UserError("give --model_dir or --saved_model, not both")
-    summarizer: SummarizerAPI | None = None
-    if baseline or decoded_file:
-        cfg = config_lib.Config()
-        if model_dir:
-            cfg = config_lib.load_from_model_dir(model_dir)
-        config_lib.apply_overrides(cfg, list(overrides))  # data.* choose the tokenizer and the cut
-    elif saved_model:
-        if overrides:
-            raise UserError("--set does not apply to an export: its decoding is in its graph")
-        summarizer = Summarizer.from_saved_model(saved_model)
-        cfg = summarizer.cfg
-    else:
-        if not model_dir:
-            raise UserError("--model_dir or --saved_model is required unless --baseline or "
-                            "--decoded is given")
-        summarizer = Summarizer.from_model_dir(model_dir, checkpoint, list(overrides),
-                                               "evaluate (of a model)")
-        cfg = summarizer.cfg
-    examples = read_split(data, data_format, limit)
-    evalset = EvalSet.prepare(examples, cfg.data)
     scoring = {"bootstrap": bootstrap, "rouge_recall_bytes": rouge_recall_bytes}
-    if decoded_file:
-        summaries = tokenize_texts(read_decoded_file(decoded_file, len(examples)), cfg.data)
-        result = score_summaries(summaries, evalset, cfg.data.max_enc_steps, system="decoded",
-                                 **scoring)
-    elif baseline == "lead_blocks":
-        if not any(evalset.blocks):
-            raise UserError(f"--baseline lead_blocks needs digests (articles of blocks between "
-                            f"blank lines, one summary line per block); {data} has none")
-        summaries = [lead_blocks(b, cfg.data.max_enc_steps) if b else lead(a, 1, None)
-                     for a, b in zip(evalset.articles, evalset.blocks)]
-        result = score_summaries(summaries, evalset, cfg.data.max_enc_steps,
-                                 system="lead_blocks", **scoring)
-    elif baseline:
-        sentences = None if lead_words is not None else lead_sentences
-        summaries = [lead(a, sentences, lead_words) for a in evalset.articles]
-        name = f"lead{lead_words}w" if lead_words is not None else f"lead{sentences}"
-        result = score_summaries(summaries, evalset, cfg.data.max_enc_steps, system=name,
-                                 **scoring)
-    else:
-        result = decode_and_score(summarizer, evalset, DecodeRequest(beam_size=beam_size),
-                                  batch_size=batch_size, verbose=1 if progress else 0,
+    if isinstance(source, (BaselineSource, DecodedFileSource)):
+        cfg = source.config()
+        evalset = EvalSet.prepare(read_split(data, data_format, limit), cfg.data)
+        result = score_summaries(source.summaries(evalset, cfg.data), evalset,
+                                 cfg.data.max_enc_steps, system=source.system, **scoring)
+    elif isinstance(source, (ModelDirSource, ExportSource)):
+        summarizer = source.summarizer()
+        examples = read_split(data, data_format, limit)
+        evalset = EvalSet.prepare(examples, summarizer.cfg.data)
+        result = decode_and_score(summarizer, evalset, source.request(),
+                                  batch_size=source.batch_size, verbose=1 if progress else 0,
                                   **scoring)
-        if not saved_model:
+        if isinstance(source, ModelDirSource):
             result.metrics["perplexity"] = round(perplexity(
-                summarizer.model, summarizer.vocab, cfg, examples), 3)
-    write_evaluation(result, evalset, output_dir or (
-        os.path.join(model_dir, "eval_" + os.path.basename(data.rstrip("/")).split(".")[0])
-        if model_dir else None))
+                summarizer.model, summarizer.vocab, summarizer.cfg, examples), 3)
+    else:
+        raise TypeError(f"evaluate takes a ModelDirSource, ExportSource, BaselineSource or "
+                        f"DecodedFileSource, not {type(source).__name__}")
+    write_evaluation(result, evalset, output_dir or default_output_dir(source, data))
     return result
+
+
+def default_output_dir(source: Source, data: str) -> str | None:
+    """<model dir>/eval_<data name> where the source names a model dir; None where it does not
+    (an export, a baseline or a file scored under the default config)."""
+    if isinstance(source, ExportSource):
+        return None
+    model_dir = source.path if isinstance(source, ModelDirSource) else source.model_dir
+    if not model_dir:
+        return None
+    return os.path.join(model_dir, "eval_" + os.path.basename(data.rstrip("/")).split(".")[0])
 
 
 def write_evaluation(result: Evaluation, evalset: EvalSet, out_dir: str | None) -> None:

@@ -218,7 +218,7 @@ class Summarizer(SummarizerAPI, tf.Module):
         request.attention: attention float32 [B, T, L], p_gen float32 [B, T] and source_tokens
         string [B, L]; with request.p_gen: p_gen alone (cheaper: no attention history is kept).
 
-        The search is the config's decode.* (docs/usage.md "Decode, evaluate, explain") with
+        The search is the config's decode.* (docs/summarizing.md "Decoding options") with
         what `request` asks of this call (beam size, step limits, method, ABS+ weights), put
         together by `Search.from_params`."""
         request = request or DecodeRequest()

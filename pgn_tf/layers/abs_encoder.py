@@ -34,7 +34,7 @@ class ABSEncoder(keras.layers.Layer):
       normalisation (Ba et al. 2016) of each convolution's output before the pooling and tanh.
       Without it the trained convolutions grow a low-rank component that amplifies what every
       position shares (on the Debian corpus the third layer's inputs to the tanh grew far past
-      its unit range: docs/quality.md "Rush et al.'s ABS, re-run"), the final max sits at +-1
+      its unit range: docs/results/quality.md "Rush et al.'s ABS, re-run"), the final max sits at +-1
       for every article and no gradient reaches the convolutions again; normalised, a tanh
       input has unit scale at each position (times a learned gain).
 

@@ -76,7 +76,7 @@ class BahdanauAttention(keras.layers.Layer):
         multiply and a sum / a broadcast multiply (one kernel each way, where a multiply's
         gradient is a multiply, a sum and a broadcast), nor batched matmuls against a
         broadcast [1, A, 1] weight (oneDNN's batched matmuls and the sum over B their weight
-        gradients need made the training step slower: docs/results.md "Performance").
+        gradients need made the training step slower: docs/results/index.md "Performance").
 
         beams: enc_features holds each article once, [b, L, A], and the B = b*K rows of
         query, coverage and enc_mask are its K hypotheses in turn (a beam search's rows):

@@ -2,7 +2,7 @@
 
 A digest's article is blocks of text separated by a blank line (one package's long description
 each); its reference summary has one line per block, in the same order (that package's
-synopsis), so a good summary covers every block once, in order (docs/digests.md). Output and
+synopsis), so a good summary covers every block once, in order (docs/results/digests.md). Output and
 reference sentences are compared by ROUGE-1 F1 on rouge-score's tokens (lowercased, stemmed,
 punctuation dropped: what `evaluate`'s rouge1 compares), and a pair *matches* at F1 >=
 `threshold` (0.5 by default):

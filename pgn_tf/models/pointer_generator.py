@@ -74,7 +74,7 @@ class PointerGenerator(SummarizationModel):
         self.emb_init_std = emb_init_std
         self.dropout = dropout
         # Not in See et al.: on a small corpus the model overfits within an hour
-        # (docs/quality.md); dropout on the embeddings and on o_t, in teacher-forced training only.
+        # (docs/results/quality.md); dropout on the embeddings and on o_t, in teacher-forced training only.
         self.drop = keras.layers.Dropout(dropout, seed=5, name="dropout")
         normal = keras.initializers.TruncatedNormal(stddev=init_std, seed=3)
         emb_init = keras.initializers.TruncatedNormal(stddev=emb_init_std or init_std, seed=3)

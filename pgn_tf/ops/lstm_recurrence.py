@@ -94,7 +94,7 @@ def lstm_recurrence(xw, recurrent):
 
     Each step multiplies the D directions' states by their recurrent kernels one direction at a
     time (`_per_direction`), not as one [D, B, H] x [D, H, 4H] batched matmul: at small batches
-    oneDNN runs the batched matmul slower than the plain ones (docs/results.md "Performance").
+    oneDNN runs the batched matmul slower than the plain ones (docs/results/index.md "Performance").
 
     Args:
       xw: float [L, D, B, 4H], the input projections plus bias of D independent LSTMs (here

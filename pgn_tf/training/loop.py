@@ -14,12 +14,12 @@ import math
 import os
 import time
 
-import keras
 import tensorflow as tf
 
 from pgn_tf.training.optimizers import initial_learning_rate
 from pgn_tf.training.trainer import Trainer
 from pgn_tf.utils.errors import UserError
+from pgn_tf.utils.progress import StepBar
 
 log = logging.getLogger("pgn_tf")  # a command shows it as [pgn_tf] lines (pgn_tf.utils.logs)
 
@@ -51,22 +51,22 @@ def weights_finite(model) -> bool:
 
 
 class _Progress:
-    """A Keras Progbar over steps, or over the seconds of a time budget: with a budget the bar
-    reaches its end when the budget does, and its ETA is the budget left. Made when the
-    timed loop starts (the budget's clock), so the initial validation before it does not
-    inflate the ETA."""
+    """The training bar (pgn_tf.utils.progress.StepBar) over steps, or over the seconds of a
+    time budget: with a budget the bar reaches its end when the budget does, and its ETA is
+    the budget left. Made when the timed loop starts (the budget's clock), so the initial
+    validation before it does not inflate the ETA; it says `compiling` until the steps after
+    the first (which traces the step) are timed."""
 
-    def __init__(self, trainer: Trainer, verbose: int):
+    def __init__(self, trainer: Trainer, verbose: int, clock=time.perf_counter):
         t = trainer.cfg.train
         self.budget = 60 * t.max_minutes if t.max_minutes > 0 else 0
         target = int(self.budget) if self.budget else t.max_steps - trainer.phase_start
-        self.bar = keras.utils.Progbar(target, verbose=verbose, interval=5.0,
-                                       unit_name="s" if self.budget else "step",
-                                       stateful_metrics=["step"])
+        self.bar = StepBar(target, verbose, interval=5.0, budget=bool(self.budget), clock=clock)
+        self.bar.update(0, [("step", trainer.phase_start)])
 
     def update(self, step: int, done: int, elapsed: float, values, final: bool = False) -> None:
-        at = min(int(elapsed), self.bar.target) if self.budget else done
-        self.bar.update(at, [("step", step)] + list(values or []), finalize=final or None)
+        self.bar.update(done, [("step", step)] + list(values or []),
+                        at=elapsed if self.budget else None, final=final)
 
 
 def fit(trainer: Trainer, verbose: int = 1) -> dict:

@@ -44,7 +44,10 @@ What is hidden on a CPU machine, each message where it arises, and why it is har
     (Beam's memory metric needs torch; the summaries do not depend on it).
 
 Everything else still shows: other C++ warnings and errors, other log records, every Python
-warning.
+warning. A C++ warning that arises later, when TensorFlow optimizes a graph, is fixed where it
+arises, not hidden. Grappler's loop optimizer, for one, warns "Skipping loop optimization for
+Merge node with control input" for a cond that it proves but cannot prune. So the searches
+(pgn_tf.decoding) build no such cond.
 """
 
 from __future__ import annotations

@@ -44,9 +44,8 @@ import json
 import os
 import sys
 
-from benchmarks.common import emit
-from benchmarks.runner import sh
 from pgn_tf import config as config_lib
+from research.common import emit, sh
 from research.studies import targets
 from research.studies.quality_report import ci_cell
 from research.studies.quality_table import Table, TableSettings, set_flags

@@ -22,9 +22,7 @@ import json
 import os
 import re
 
-from benchmarks.common import emit
-from benchmarks.runner import sh
-from research.studies.quality_table import event_scalars, read_metrics
+from research.common import emit, event_scalars, read_metrics, sh
 
 EVAL_TAGS = ("loss", "nll", "rouge1", "rougeLsum")
 

@@ -1,6 +1,7 @@
 """The peer (OpenNMT-py copy attention + coverage) on the digests for the digests' table
-(research/studies/digest_table.py): its config, its hour of training and its translation of the scored
-digests, each through the peer's own commands (its virtual environment, a process of its own)."""
+(research/studies/digest_table.py): its config, its hour of training and its translation of the
+scored digests, each through the peer's own commands (its virtual environment, a process of its
+own, stopped by its own deadline: pgn_tf.utils.child_process.run_for)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import time
 
 import yaml
 
-from benchmarks import runner
+from pgn_tf.utils import work_dirs
+from pgn_tf.utils.child_process import run_for, run_logged
+from pgn_tf.utils.errors import UserError
 
 PEER = "OpenNMT-py copy + coverage, same hour"
 
@@ -51,10 +54,12 @@ def train_and_translate(a, log: str) -> tuple[str, dict]:
     from pgn_tf import config as config_lib
 
     peer_work = os.path.abspath(a.peer_work)
-    runner.claim_work_dir(peer_work, "digests")
+    try:
+        work_dirs.claim(peer_work, "digests")
+    except UserError as e:
+        raise SystemExit(f"--peer_work: {e}") from None
     env = dict(os.environ, PEER_CORPUS="digests", OMP_NUM_THREADS=str(os.cpu_count()))
-    runner.sh_command(["bash", os.path.join(a.peer_dir, "setup_onmt.sh"), peer_work], log,
-                      env=env)
+    run_logged(["bash", os.path.join(a.peer_dir, "setup_onmt.sh"), peer_work], log, env=env)
     hour = os.path.join(peer_work, "hour")
     shutil.rmtree(hour, ignore_errors=True)
     os.makedirs(hour)
@@ -64,11 +69,11 @@ def train_and_translate(a, log: str) -> tuple[str, dict]:
     with open(config, "w") as f:
         yaml.safe_dump(peer_yaml(reference, "hour", a.peer_save_every), f)
     bin_dir = os.path.join(peer_work, "venv", "bin")
-    runner.sh_command([os.path.join(bin_dir, "onmt_build_vocab"), "-config", config,
-                       "-n_sample", "-1"], log, cwd=peer_work, env=env)
+    run_logged([os.path.join(bin_dir, "onmt_build_vocab"), "-config", config,
+                "-n_sample", "-1"], log, cwd=peer_work, env=env)
     t0 = time.time()
-    runner.run_for([os.path.join(bin_dir, "onmt_train"), "-config", config],
-                   60 * a.peer_minutes, log, cwd=peer_work, env=env)
+    run_for([os.path.join(bin_dir, "onmt_train"), "-config", config],
+            60 * a.peer_minutes, log, cwd=peer_work, env=env)
     found = latest_checkpoint(hour)
     if found is None:
         raise SystemExit(f"the peer saved no checkpoint in {a.peer_minutes} minutes (every "
@@ -80,7 +85,7 @@ def train_and_translate(a, log: str) -> tuple[str, dict]:
         f_out.writelines(line for _, line in zip(range(a.score), f_in))
     dc = config_lib.resolve("digest_coverage").decode  # the same search as pgn_tf's rows
     pred = os.path.join(hour, "pred.txt")
-    runner.sh_command(
+    run_logged(
         [os.path.join(bin_dir, "onmt_translate"), "-model", checkpoint, "-src", src,
          "-output", pred, "-beam_size", str(dc.beam_size), "-batch_size", "16",
          "-min_length", str(dc.min_dec_steps), "-max_length", str(dc.max_dec_steps),

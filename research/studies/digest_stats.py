@@ -1,5 +1,5 @@
 """The shape of a digest corpus, with the model's tokenizer: what the digest_* presets' lengths
-and decoding minimum are chosen from (docs/digests.md).
+and decoding minimum are chosen from (docs/results/digests.md).
 
     python -m research.studies.digest_stats DATA_DIR/train.jsonl.gz [--limit N] [--max_enc_steps 400]
 
@@ -16,12 +16,12 @@ import argparse
 
 import numpy as np
 
-from benchmarks.common import emit
 from pgn_tf import config as config_lib
 from pgn_tf.data import dataset
 from pgn_tf.metrics import digests as digest_metrics
 from pgn_tf.metrics import scoring
 from pgn_tf.text import is_word
+from research.common import emit
 
 PERCENTILES = (1, 5, 10, 25, 50, 75, 90, 95, 99, 100)
 

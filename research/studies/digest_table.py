@@ -1,12 +1,12 @@
 """The quality table on the Debian digests: long articles, multi-sentence summaries, the regime
-See et al. and Paulus et al. measured (docs/digests.md). Every system trained and scored on
+See et al. and Paulus et al. measured (docs/results/digests.md). Every system trained and scored on
 validation by the same script, the peer (OpenNMT-py) given the same hour.
 
     python -m research.studies.digest_table --data_dir DIGESTS --work_dir WORK \
         [--stages lead,baseline,see,paulus,see_rl,peer] [--minutes 60] [--coverage_minutes M] \
         [--baseline_minutes 40] [--paulus_minutes 60] [--rl_minutes 20] [--score 600] \
         [--peer_dir PEER --peer_work PEER_WORK] [--peer_minutes 60] [--skip_peer] \
-        [--figure docs/digests_repetition.svg] [--set KEY=VALUE ...]
+        [--figure docs/results/digests_repetition.svg] [--set KEY=VALUE ...]
     python -m research.studies.digest_table --work_dir WORK --render
 
 DIGESTS holds train.jsonl.gz and validation.jsonl.gz. The first --score validation digests are
@@ -48,7 +48,7 @@ import argparse
 import dataclasses
 import os
 
-from benchmarks.common import emit
+from research.common import emit
 from research.studies import digest_peer, quality_report, quality_table, svg_chart, targets
 from research.studies.digest_peer import PEER
 
@@ -320,7 +320,7 @@ class DigestTable(quality_table.Table):
 
 def preset_minutes(name: str) -> float:
     """A preset's training budget in minutes (the digest presets' are set by the runs
-    docs/digests.md names)."""
+    docs/results/digests.md names)."""
     from pgn_tf import config as config_lib
 
     return float(config_lib.resolve(name).train.max_minutes)

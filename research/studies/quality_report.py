@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from benchmarks.common import CPU_EMULATIONS
+from pgn_tf.utils.machine import CPU_EMULATIONS
 from research.studies import targets
 
 STAGES = ("lead", "baseline", "see", "seeds", "precision", "cpu_types", "paulus", "see_rl", "abs",
@@ -28,8 +28,8 @@ PRECISION_ARMS = (
 
 # The cpu_types stage's two arms: (row suffix, --set overrides, environment). The first is what
 # `auto` picks on the machine the study runs on; the second what a CPU without bf16 runs: float32
-# forced under benchmarks' `--cpu avx2` caps (oneDNN and MKL at AVX2; the PyTorch one does
-# nothing to TensorFlow). The rest of an older chip, its clock and caches, no cap emulates:
+# forced under the speed tools' `--cpu avx2` caps (pgn_tf.utils.machine.CPU_EMULATIONS: oneDNN
+# and MKL at AVX2; the PyTorch one does nothing to TensorFlow). The rest of an older chip, its clock and caches, no cap emulates:
 # research/records/2026-11-28-cpu-emulation-check.md.
 CPU_TYPE_ARMS = (
     ("auto (this CPU)", ["train.mixed_precision=auto"], {}),

@@ -55,8 +55,7 @@ import os
 import shutil
 import time
 
-from benchmarks.common import cpu_flags, emit
-from benchmarks.runner import sh
+from research.common import cpu_flags, emit, event_scalars, read_metrics, sh
 from research.studies import quality_report
 from research.studies.quality_report import (
     CONV_NORM_ROW,
@@ -82,31 +81,6 @@ DECODE_VARIANTS = (  # (row suffix, decode overrides): each changes one thing
 def set_flags(overrides) -> list[str]:
     """["--set", KEY=VALUE, ...] for a pgn_tf command, from KEY=VALUE overrides."""
     return [x for o in overrides for x in ("--set", o)]
-
-
-def read_metrics(out_dir: str) -> dict | None:
-    """The metrics `pgn_tf.evaluate --output_dir out_dir` wrote (metrics_<name>.json), or None
-    where it has not written them."""
-    found = sorted(f for f in os.listdir(out_dir) if f.startswith("metrics_")) \
-        if os.path.isdir(out_dir) else []
-    if not found:
-        return None
-    with open(os.path.join(out_dir, found[0])) as f:
-        return json.load(f)
-
-
-def event_scalars(log_dir: str, tags: tuple) -> dict:
-    """{tag: [(wall_time, step, value)]} from a TensorBoard log dir."""
-    import tensorflow as tf
-
-    out: dict = {t: [] for t in tags}
-    for fn in sorted(tf.io.gfile.glob(os.path.join(log_dir, "events.*"))):
-        for e in tf.compat.v1.train.summary_iterator(fn):
-            for v in e.summary.value:
-                if v.tag in out:
-                    value = float(tf.make_ndarray(v.tensor)) if v.HasField("tensor") else v.simple_value
-                    out[v.tag].append((e.wall_time, e.step, value))
-    return out
 
 
 @dataclasses.dataclass
@@ -150,11 +124,7 @@ class Table:
 
     def train_phase(self, model_dir: str, preset: str, minutes: float, extra=(),
                     env: dict | None = None) -> dict:
-        # A process a phase, not pgn_tf.training.run.train in this one: isolation is the point.
-        # A phase sets process-wide state that would leak into the next (Keras's global
-        # mixed-precision policy, the logical devices and strategy, XLA's and tf.function's
-        # caches) and holds an hour's memory; its own process makes each phase's figures and
-        # budget its own, and a phase that dies leaves the study's process standing.
+        # `python -m pgn_tf.train` in a process a phase: research.common.sh says why
         t0 = time.perf_counter()
         sh(["-m", "pgn_tf.train", "--config", preset, "--train_data", self.train,
             "--eval_data", self.valid, "--model_dir", model_dir, "--quiet",
@@ -169,8 +139,7 @@ class Table:
 
     def evaluate(self, name: str, stage: str, model_dir: str | None, extra=(), train=None,
                  env: dict | None = None, **info) -> dict:
-        # pgn_tf.evaluate in a process of its own, as each phase: a study decodes dozens of
-        # models, whose traced searches and weights would pile up in one process for hours.
+        # pgn_tf.evaluate in a process of its own, as each phase: research.common.sh says why
         out = self.w("eval", name.replace(" ", "_").replace("/", "-"))
         shutil.rmtree(out, ignore_errors=True)
         args = ["-m", "pgn_tf.evaluate", "--data", self.valid, "--limit", str(self.a.score),

@@ -17,8 +17,8 @@ import argparse
 import collections
 import json
 
-from benchmarks.common import emit
 from pgn_tf.metrics.scoring import ngrams
+from research.common import emit
 
 
 def duplicates(tokens: list[str], n: int) -> tuple[int, int, collections.Counter]:

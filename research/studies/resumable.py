@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 
-from benchmarks.common import code_version, cpu_flags
+from research.common import code_version, cpu_flags
 
 DONE = "phase_done"
 

@@ -37,11 +37,11 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from benchmarks.common import emit
 from pgn_tf import objectives
 from pgn_tf.data import dataset
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.utils.errors import run_cli
+from research.common import emit
 
 
 def flat(grads, variables) -> np.ndarray:

@@ -16,11 +16,11 @@ import json
 import os
 import sys
 
-from benchmarks.common import emit
 from pgn_tf.data import jsonl
 from pgn_tf.metrics import rouge155
 from pgn_tf.metrics.scoring import rouge
 from pgn_tf.text import tokens_to_sentences
+from research.common import emit
 
 
 def read_decoded(path: str, limit: int | None = None) -> tuple[list[str], list[str]]:

@@ -142,12 +142,13 @@ def test_the_peer_is_told_its_corpus_and_its_figures_read(tmp_path):
 
 
 def test_a_peer_work_dir_holds_one_corpus(tmp_path):
-    from benchmarks.runner import claim_work_dir
+    from pgn_tf.utils import work_dirs
 
-    claim_work_dir(str(tmp_path / "p"), "digests")
-    claim_work_dir(str(tmp_path / "p"), "digests")  # the same corpus again: fine
-    with pytest.raises(SystemExit, match="holds the digests corpus"):
-        claim_work_dir(str(tmp_path / "p"), "descriptions")
+    work_dirs.claim(str(tmp_path / "p"), "digests")
+    work_dirs.claim(str(tmp_path / "p"), "digests")  # the same corpus again: fine
+    with pytest.raises(UserError, match="holds the digests corpus"):
+        work_dirs.claim(str(tmp_path / "p"), "descriptions")
+    assert (tmp_path / "p" / work_dirs.MARKER).read_text() == "digests\n"  # left as it was
 
 
 def test_the_peers_processes_are_told_apart_by_their_command():

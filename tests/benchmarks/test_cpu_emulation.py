@@ -1,4 +1,5 @@
-"""benchmarks' `--cpu avx2`: one machine measuring as a CPU with AVX2 only would."""
+"""benchmarks' `--cpu avx2`: one machine measuring as a CPU with AVX2 only would (the caps in
+pgn_tf.utils.machine, the restart in benchmarks.common)."""
 
 import json
 import os
@@ -8,7 +9,7 @@ import sys
 import pytest
 
 from benchmarks import common
-from pgn_tf.utils import onednn
+from pgn_tf.utils import machine, onednn
 
 pytestmark = pytest.mark.study  # the speed tools, apart from the product (pyproject.toml)
 
@@ -18,7 +19,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_emulation_restarts_the_process_with_the_caps(monkeypatch):
     calls = []
     monkeypatch.setattr(os, "execvpe", lambda *a: calls.append(a))
-    for k in common.CAP_VARIABLES:
+    for k in machine.CAP_VARIABLES:
         monkeypatch.delenv(k, raising=False)
     monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/dev/null --xla_cpu_max_isa=AVX512")
     monkeypatch.setenv(onednn.VARIABLE, "1")  # as the commands set it: no restart for that
@@ -33,7 +34,7 @@ def test_emulation_restarts_the_process_with_the_caps(monkeypatch):
     assert env["XLA_FLAGS"] == "--xla_dump_to=/dev/null --xla_cpu_max_isa=AVX2"
     # once restarted under the caps, it runs (no second restart) and names them
     for k, v in env.items():
-        if k in common.CPU_EMULATIONS["avx2"]:
+        if k in machine.CPU_EMULATIONS["avx2"]:
             monkeypatch.setenv(k, v)
     common.emulate_cpu("avx2", "benchmarks.x", ["--a", "1"])
     assert len(calls) == 1
@@ -52,7 +53,7 @@ def test_a_native_run_restarts_with_onednn_on_where_unset(monkeypatch):
     common.emulate_cpu("native", "benchmarks.x", ["--a"])
     (exe, argv, env), = calls
     assert argv == [sys.executable, "-m", "benchmarks.x", "--a"] and env[onednn.VARIABLE] == "1"
-    assert not any(k in env for k in common.CAP_VARIABLES if k not in os.environ)
+    assert not any(k in env for k in machine.CAP_VARIABLES if k not in os.environ)
     monkeypatch.setenv(onednn.VARIABLE, "0")
     common.emulate_cpu("native", "benchmarks.x", ["--a"])
     assert len(calls) == 1
@@ -69,7 +70,7 @@ def test_explicit_bf16_is_refused_under_the_emulation():
 def test_train_throughput_under_avx2_trains_auto_in_float32():
     """The real command: restarted with the caps, `auto` resolves to float32 whatever this
     machine's CPU, and the JSON line records the caps beside the flags."""
-    env = {k: v for k, v in os.environ.items() if k not in common.CAP_VARIABLES}
+    env = {k: v for k, v in os.environ.items() if k not in machine.CAP_VARIABLES}
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.train_throughput", "--cpu", "avx2", "--steps", "2",
          "--warmup", "1", "--set", "train.mixed_precision=auto", "--set", "model.hidden_dim=16",

@@ -1,8 +1,8 @@
 """benchmarks/ (speed and memory) and research/studies/ (research) are packages run as
-`python -m benchmarks.NAME` and `python -m research.studies.NAME`: no script edits sys.path, their modules
-import no cycle (every import of a module of either, at any depth of the file), and the research
-stays apart from the product: no benchmark, and no module of pgn_tf, serving or pipelines,
-imports a study."""
+`python -m benchmarks.NAME` and `python -m research.studies.NAME`: no script edits sys.path,
+their modules import no cycle (every import of a module of either, at any depth of the file),
+and the research stays apart from the product: no module of pgn_tf, serving, pipelines or
+benchmarks imports research (tests/research/test_layering.py checks benchmarks both ways)."""
 
 import ast
 import os
@@ -12,7 +12,7 @@ import pytest
 pytestmark = pytest.mark.study  # the speed tools, apart from the product (pyproject.toml)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PACKAGES = ("benchmarks", "research.studies")
+PACKAGES = ("benchmarks", "research.studies", "research")
 
 
 def package_module(name: str) -> str | None:
@@ -53,8 +53,9 @@ def test_no_script_edits_sys_path(package):
 
 
 def test_the_packages_import_no_cycle():
-    graph = {**modules("benchmarks"), **modules("research.studies")}
-    assert "benchmarks.runner" in graph["benchmarks.compare_peer"]
+    graph = {**modules("benchmarks"), **modules("research.studies"), **modules("research")}
+    assert "benchmarks.peer" in graph["benchmarks.compare_peer"]
+    assert "research.common" in graph["research.studies.quality_table"]
     assert "research.studies.quality_table" in graph["research.studies.digest_table"]
     visiting, done = [], set()
 
@@ -73,13 +74,14 @@ def test_the_packages_import_no_cycle():
 
 
 def test_research_stays_apart_from_the_product():
-    """Studies may use the benchmarks' runner and helpers; nothing else imports a study."""
+    """Nothing outside research/ imports it: the studies build on the product, never the
+    product (nor the speed tools) on a study."""
     importers = []
     for top in ("pgn_tf", "serving", "pipelines", "benchmarks"):
         for folder, _, names in os.walk(os.path.join(ROOT, top)):
             for name in names:
                 path = os.path.join(folder, name)
-                if name.endswith(".py") and any(m.startswith("research.studies.")
+                if name.endswith(".py") and any(m.startswith("research.")
                                                 for m in imports_of(path)):
                     importers.append(os.path.relpath(path, ROOT))
     assert importers == []

@@ -91,8 +91,8 @@ def test_evaluate_scores_another_systems_outputs_with_the_digest_counts(tmp_path
     outputs.write_text("cat game . file parser library ( runtime ) . cat game .\n"
                        "beta gamma .\nnone at all\n")
     out = tmp_path / "eval"
-    metrics = evaluator.evaluate(path, decoded=str(outputs), output_dir=str(out), bootstrap=0,
-                                progress=False).metrics
+    metrics = evaluator.evaluate(evaluator.DecodedFileSource(str(outputs)), path,
+                                 output_dir=str(out), bootstrap=0, progress=False).metrics
     rows = [json.loads(x) for x in (out / "decoded.jsonl").read_text().splitlines()]
     assert [(r["blocks"], r["blocks_matched"], r["sentences"], r["repeated_sentences"])
             for r in rows] == [(3, 2, 3, 1), (4, 1, 1, 0), (5, 0, 1, 0)]

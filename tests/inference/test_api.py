@@ -110,13 +110,13 @@ def test_one_decode_path_for_an_export_and_the_model(summarizer, articles, expor
         served.decode(articles[:2], request=DecodeRequest(beam_size=2, tokens=True))
     # evaluate() scores an export as it scores the model it came from (no perplexity)
     kw = {"limit": 12, "bootstrap": 0, "progress": False}
-    by_export = evaluator.evaluate(corpus["validation"], saved_model=path, **kw).metrics
-    by_model = evaluator.evaluate(corpus["validation"], trained_model_dir, **kw).metrics
+    by_export = evaluator.evaluate(evaluator.ExportSource(path), corpus["validation"],
+                                   **kw).metrics
+    by_model = evaluator.evaluate(evaluator.ModelDirSource(trained_model_dir),
+                                  corpus["validation"], **kw).metrics
     assert "perplexity" not in by_export and "perplexity" in by_model
     for key in ("rouge1", "rougeLsum", "dup_1gram_pct", "raw_unk_outputs_pct", "mean_p_gen"):
         assert by_export[key] == pytest.approx(by_model[key], abs=1e-3), key
-    with pytest.raises(UserError, match="not both"):
-        evaluator.evaluate(corpus["validation"], trained_model_dir, saved_model=path)
 
 
 def test_top_level_names_are_lazy():

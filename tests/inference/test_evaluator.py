@@ -2,12 +2,14 @@
 
 import copy
 import json
+import os
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 from pgn_tf import config as config_lib
+from pgn_tf import evaluate as evaluate_cli
 from pgn_tf import summarize
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import tfrecord
@@ -74,9 +76,9 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
 
 
 def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
-    result = evaluator.evaluate(corpus["validation"], trained_model_dir, limit=24,
-                               output_dir=str(tmp_path), bootstrap=100, progress=False,
-                               rouge_recall_bytes=20)
+    result = evaluator.evaluate(evaluator.ModelDirSource(trained_model_dir), corpus["validation"],
+                                limit=24, output_dir=str(tmp_path), bootstrap=100,
+                                progress=False, rouge_recall_bytes=20)
     m = result.metrics
     assert m["examples"] == 24 and m["rouge1"] > 50
     assert m["rouge1_ci95"][0] <= m["rouge1"] <= m["rouge1_ci95"][1]
@@ -89,9 +91,96 @@ def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
     assert 0 < m["mean_p_gen"] < 1 and m["articles_per_sec"] > 0
     lines = [json.loads(x) for x in open(tmp_path / "decoded.jsonl")]
     assert len(lines) == 24 and lines[0]["reference"] and lines == result.rows
-    lead = evaluator.evaluate(corpus["validation"], baseline="lead", lead_words=8, limit=24,
-                             bootstrap=100).metrics
+    lead = evaluator.evaluate(evaluator.BaselineSource("lead", lead_words=8),
+                              corpus["validation"], limit=24, bootstrap=100).metrics
     assert lead["system"] == "lead8w" and lead["avg_summary_tokens"] == 8
+    assert "output_dir" not in lead  # no model dir named: nothing written
+    # the model's own summaries, read back as another system's file, score as they did
+    again = evaluator.evaluate(
+        evaluator.DecodedFileSource(str(tmp_path / "decoded.txt"), trained_model_dir),
+        corpus["validation"], limit=24, output_dir=str(tmp_path / "file"), bootstrap=0)
+    assert again.metrics["system"] == "decoded" and again.decoded == result.decoded
+    assert again.metrics["rouge1"] == m["rouge1"] and "perplexity" not in again.metrics
+    assert "perplexity" in m
+
+
+def test_each_source_checks_its_options_when_made():
+    refused = {
+        "needs the model dir's path": lambda: evaluator.ModelDirSource(""),
+        "beam_size must be at least 1, got 0": lambda: evaluator.ModelDirSource("m", beam_size=0),
+        "not one string": lambda: evaluator.ModelDirSource("m", overrides="decode.beam_size=2"),
+        "batch_size must be at least 1": lambda: evaluator.ExportSource("e", batch_size=0),
+        "needs the export's version dir": lambda: evaluator.ExportSource(""),
+        "unknown baseline 'lead4' \\(lead, lead_blocks\\)": lambda: evaluator.BaselineSource(
+            "lead4"),
+        "lead_sentences or lead_words, not both": lambda: evaluator.BaselineSource(
+            "lead", lead_sentences=2, lead_words=8),
+        "lead_blocks .* give it no lead_words": lambda: evaluator.BaselineSource(
+            "lead_blocks", lead_words=8),
+        "lead_words must be at least 1": lambda: evaluator.BaselineSource("lead", lead_words=0),
+        "needs the file's path": lambda: evaluator.DecodedFileSource(""),
+    }
+    for match, make in refused.items():
+        with pytest.raises(UserError, match=match):
+            make()
+    lead = evaluator.BaselineSource("lead")
+    assert (lead.lead_sentences, lead.system) == (3, "lead3")
+    assert evaluator.BaselineSource("lead", lead_words=8).lead_sentences is None
+    assert evaluator.BaselineSource("lead_blocks").system == "lead_blocks"
+    source = evaluator.ModelDirSource("m", overrides=["decode.beam_size=2"])
+    assert source.overrides == ("decode.beam_size=2",) and hash(source)  # frozen, hashable
+    with pytest.raises(TypeError, match="evaluate takes a ModelDirSource"):
+        evaluator.evaluate("runs/pgn", "validation.jsonl")  # a path is not a source
+
+
+def test_the_output_dir_defaults_to_the_model_dir_a_source_names():
+    sources = [evaluator.ModelDirSource("m"), evaluator.BaselineSource("lead", model_dir="m"),
+               evaluator.ExportSource("e/1"), evaluator.DecodedFileSource("out.txt")]
+    assert [evaluator.default_output_dir(s, "data/validation.jsonl.gz") for s in sources] == [
+        os.path.join("m", "eval_validation")] * 2 + [None, None]
+
+
+def flags_source(*flags):
+    return evaluate_cli.source_from_flags(
+        evaluate_cli.build_parser().parse_args(["--data", "d", *flags]))
+
+
+def test_the_command_builds_the_source_its_flags_name(capsys):
+    assert flags_source("--model_dir", "m", "--checkpoint", "latest", "--beam_size", "2",
+                        "--set", "decode.min_dec_steps=1") == evaluator.ModelDirSource(
+        "m", "latest", ("decode.min_dec_steps=1",), beam_size=2)
+    assert flags_source("--saved_model", "e/1", "--batch_size", "8") == \
+        evaluator.ExportSource("e/1", 8)
+    assert flags_source("--baseline", "lead") == evaluator.BaselineSource("lead", 3)
+    assert flags_source("--baseline", "lead", "--lead_words", "8", "--set", "data.lowercase=true") \
+        == evaluator.BaselineSource("lead", lead_words=8, overrides=("data.lowercase=true",))
+    assert flags_source("--baseline", "lead_blocks", "--model_dir", "m") == \
+        evaluator.BaselineSource("lead_blocks", model_dir="m")
+    assert flags_source("--decoded", "o.txt") == evaluator.DecodedFileSource("o.txt")
+    refused = {
+        "give --model_dir or --saved_model, not both": ["--model_dir", "m", "--saved_model", "e"],
+        "give --baseline or --decoded, not both": ["--baseline", "lead", "--decoded", "o"],
+        "--model_dir or --saved_model is required": [],
+        "--set does not apply to an export": ["--saved_model", "e", "--set", "decode.x=1"],
+        "--beam_size does not apply to an export": ["--saved_model", "e", "--beam_size", "2"],
+        "--saved_model does not apply to --baseline lead": ["--baseline", "lead",
+                                                            "--saved_model", "e"],
+        "--beam_size does not apply to --decoded": ["--decoded", "o", "--beam_size", "2"],
+        "--lead_words does not apply to a model's": ["--model_dir", "m", "--lead_words", "8"],
+        "lead_blocks .* give it no lead_words": ["--baseline", "lead_blocks", "--lead_words", "8"],
+    }
+    for match, flags in refused.items():
+        with pytest.raises(UserError, match=match):
+            flags_source(*flags)
+    assert evaluate_cli.main(["--data", "d", "--model_dir", "m", "--saved_model", "e"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "pgn_tf.evaluate: error: give --model_dir or --saved_model, not both"
+
+
+def test_lead_blocks_needs_digests(corpus):
+    with pytest.raises(UserError, match="needs digests"):
+        evaluator.evaluate(evaluator.BaselineSource("lead_blocks"), corpus["validation"],
+                           limit=4, bootstrap=0)
 
 
 def test_repetition_and_novelty_stats():

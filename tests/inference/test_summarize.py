@@ -69,8 +69,8 @@ def test_cli_summarizer_and_evaluate_agree_on_500_lines(trained_model_dir, jsonl
         [r["article"] for r in records])
     assert api == cli
 
-    evaluator.evaluate(path, trained_model_dir, output_dir=str(tmp_path / "ev"), bootstrap=0,
-                      progress=False)
+    evaluator.evaluate(evaluator.ModelDirSource(trained_model_dir), path,
+                       output_dir=str(tmp_path / "ev"), bootstrap=0, progress=False)
     decoded = {}
     for line in open(tmp_path / "ev" / "decoded.jsonl"):
         d = json.loads(line)

@@ -107,7 +107,7 @@ def test_conv_encoder_eq_5_to_7(conv_norm):
 
 def _encoder_output(conv_norm, kernel_scale):
     """The convolutional encoder's vector for 16 articles, its kernels scaled (training on the
-    Debian corpus grew them until the third layer's tanh saturated: docs/quality.md "Rush et
+    Debian corpus grew them until the third layer's tanh saturated: docs/results/quality.md "Rush et
     al.'s ABS, re-run")."""
     tf.keras.utils.set_random_seed(3)
     enc = ABSEncoder("conv", 200, 32, D, C, conv_layers=3, conv_norm=conv_norm)

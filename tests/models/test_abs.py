@@ -135,8 +135,9 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
                        train_data=train_data, eval_data=corpus["validation"],
                        progress=False).as_dict()
         assert result["eval_loss"] < result["initial_eval_loss"]
-        metrics = evaluator.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
-                                     bootstrap=0, batch_size=64).metrics  # plain means, as tune
+        metrics = evaluator.evaluate(evaluator.ModelDirSource(model_dir, batch_size=64),
+                                     corpus["validation"], limit=20, progress=False,
+                                     bootstrap=0).metrics  # plain means, as tune
         ppl[encoder] = metrics["perplexity"]
     assert all(np.isfinite(p) and p > 1 for p in ppl.values())
 
@@ -160,8 +161,8 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
     # through the rescoring step with weights 1,0,0,0,0), and ABS+ with the tuned weights,
     # which evaluate (as summarize and export) takes from the model dir's abs_plus.json.
     assert tuned.abs == metrics["rougeLsum"]
-    again = evaluator.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
-                               bootstrap=0, batch_size=64,
+    again = evaluator.evaluate(evaluator.ModelDirSource(model_dir, batch_size=64),
+                               corpus["validation"], limit=20, progress=False, bootstrap=0,
                                output_dir=str(tmp_path / "plus")).metrics
     assert again["rougeLsum"] == tuned.abs_plus
     # Tuned under the decoding it will be used with: tune's overrides reach its decodes (2-word
@@ -171,8 +172,10 @@ def test_three_encoders_train_evaluate_tune_export_serve(corpus, tmp_path):
     two = tuning.tune(model_dir, corpus["validation"], limit=20, grid=[0.0], rounds=1,
                       overrides=short, show_progress=False)
     plain = [*short, "decode.abs_plus_weights="]  # --set overrides the tuned weights
-    want = evaluator.evaluate(corpus["validation"], model_dir, limit=20, progress=False,
-                              bootstrap=0, batch_size=64, overrides=plain).metrics
+    want = evaluator.evaluate(evaluator.ModelDirSource(model_dir, overrides=plain,
+                                                       batch_size=64),
+                              corpus["validation"], limit=20, progress=False,
+                              bootstrap=0).metrics
     assert two.decodes == 1 and two.abs == want["rougeLsum"] != metrics["rougeLsum"]
     flags = ["--model_dir", model_dir, "--data", corpus["validation"], "--limit", "20",
              "--grid", "0", "--rounds", "1"]

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from benchmarks import runner
+from pgn_tf.utils import child_process
 from research.studies import digest_peer, quality_table, svg_chart
 from research.studies import digest_table as dt
 
@@ -39,10 +39,10 @@ def test_the_last_checkpoint_is_the_highest_step(tmp_path):
 
 def test_the_peers_clock_stops_it_at_the_deadline(tmp_path):
     log = str(tmp_path / "log.txt")
-    assert runner.run_for([sys.executable, "-c", "print('quick')"], 60, log) is False
+    assert child_process.run_for([sys.executable, "-c", "print('quick')"], 60, log) is False
     # a child of the command stops too: the whole process group gets the signal
-    stopped = runner.run_for(["bash", "-c", f"{sys.executable} -c 'import time; time.sleep(600)'; "
-                          "echo never"], 1.0, log)
+    stopped = child_process.run_for(
+        ["bash", "-c", f"{sys.executable} -c 'import time; time.sleep(600)'; echo never"], 1.0, log)
     assert stopped is True
     lines = open(log).read().splitlines()
     assert "quick" in lines and "never" not in lines  # (the command line itself is logged)
@@ -215,7 +215,7 @@ def test_the_default_coverage_split_is_the_digest_presets(tmp_path, monkeypatch)
     dt.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path / "w"), "--stages", "see"])
     pgn = config.resolve("digest_pgn").train.max_minutes
     cov = config.resolve("digest_coverage").train.max_minutes
-    assert (pgn, cov) == (40, 20)  # set by the 2026-11-26 run (docs/digests.md)
+    assert (pgn, cov) == (40, 20)  # set by the 2026-11-26 run (docs/results/digests.md)
     assert seen["coverage_minutes"] == pytest.approx(20.0) and seen["minutes"] == 60.0
     assert seen["baseline_minutes"] == pgn  # the baseline gets the pointer-generator's time
     dt.main(["--data_dir", str(tmp_path), "--work_dir", str(tmp_path / "w"), "--stages", "see",

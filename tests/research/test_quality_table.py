@@ -175,7 +175,7 @@ def test_the_cpu_types_lines_read_each_arm_and_the_paired_test(tmp_path):
 
 
 def test_a_phase_runs_with_the_arm_environment_and_this_process_keeps_its_own(tmp_path):
-    from benchmarks.runner import sh
+    from research.common import sh
 
     log = str(tmp_path / "log.txt")
     sh(["-c", "import os; print('cap=' + os.environ.get('ONEDNN_MAX_CPU_ISA', 'none'))"], log,
@@ -183,3 +183,14 @@ def test_a_phase_runs_with_the_arm_environment_and_this_process_keeps_its_own(tm
     sh(["-c", "import os; print('cap=' + os.environ.get('ONEDNN_MAX_CPU_ISA', 'none'))"], log)
     lines = [x for x in open(log).read().splitlines() if x.startswith("cap=")]
     assert lines == ["cap=AVX2", "cap=" + os.environ.get("ONEDNN_MAX_CPU_ISA", "none")]
+
+
+def test_a_failed_command_raises_with_the_logs_tail(tmp_path):
+    from research.common import sh
+
+    log = str(tmp_path / "log.txt")
+    with pytest.raises(RuntimeError, match="(?s)failed:.*the last words"):
+        sh(["-c", "import sys; print('the last words'); sys.exit(3)"], log)
+    sh(["-c", "print('after')"], log)  # the log is appended to, never rewritten
+    text = open(log).read()
+    assert "the last words" in text and text.rstrip().endswith("after")

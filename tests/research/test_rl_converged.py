@@ -8,10 +8,10 @@ import re
 
 import pytest
 
-from benchmarks.common import code_version
 from pgn_tf import config as config_lib
 from pgn_tf import model_dir as model_dir_lib
 from pgn_tf.metrics import significance
+from research.common import code_version
 from research.studies import rl_arms, targets
 from research.studies import rl_converged as rc
 
@@ -47,7 +47,7 @@ def test_grid_and_choice():
 
 
 @pytest.mark.parametrize("corpus", sorted(rc.CORPORA))
-@pytest.mark.parametrize("arm", rc.ARMS)
+@pytest.mark.parametrize("arm", rl_arms.ARMS)
 def test_each_arms_overrides_are_the_presets_keys(arm, corpus):
     point = {"learning_rate": 3e-5, "gamma": 0.99}
     overrides = rl_arms.arm_overrides(arm, point, 4, control_rate=6e-4, second_seed=77,
@@ -105,7 +105,7 @@ def test_render_follows_the_tests(tmp_path):
              "control_grid": [{"learning_rate": 1e-5, "gamma": 0.0, "selection_rougeLsum": 40.5,
                                "steps": 1100}],
              "rows": {arm: dict(row, selected_step=step)
-                      for arm, step in zip(rc.ARMS, (900, 800, None))},
+                      for arm, step in zip(rl_arms.ARMS, (900, 800, None))},
              "tests": {"ML+RL (mixed) vs ML continued, rougeLsum": ok,
                        "RL alone vs ML continued, rougeL": weak}}
     md = rc.render(state, {"start_minutes": 60, "score": 1500, "select": 500})
@@ -223,7 +223,7 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     assert trained[8:] == ["mixed_seed2", "control_seed2", "ml"]
     assert len(scored) == 7
     state = json.loads((work / "rl.json").read_text())
-    assert set(state["rows"]) == set(rc.ARMS)
+    assert set(state["rows"]) == set(rl_arms.ARMS)
     # each RL arm against the control of its seed (3) and ML continued (2), each seed-2 arm
     # against seed 1 (2), every arm against the start (6); ROUGE-Lsum and ROUGE-L
     assert len(state["tests"]) == 2 * (3 + 2 + 2 + 6)

@@ -493,7 +493,7 @@ def test_write_ssl_config_writes_a_checked_file_only_its_owner_may_open(pki, tmp
     assert os.listdir(tmp_path) == ["ssl.config"]  # and no temporary file behind
 
 
-@pytest.mark.parametrize("doc", ["README.md", os.path.join("docs", "usage.md")])
+@pytest.mark.parametrize("doc", [os.path.join("docs", "serving", "tls.md")])
 def test_the_documented_recipe_writes_a_config_only_its_owner_may_open(pki, tmp_path, doc):
     """The docs' `python -c` line, run as written (usual umask 022) beside the PEM files it
     names: the config it writes is 0600 and serves (client_verify with the CA)."""

@@ -1,8 +1,8 @@
-"""A screenshot of the explanation page (serving.explain) for docs/usage.md: serves a model base
-path on free loopback ports, opens the page in headless Chromium (tests/serving/browser.py),
+"""A screenshot of the explanation page (serving.explain) for the documentation: serves a model
+base path on free loopback ports, opens the page in headless Chromium (tests/serving/browser.py),
 submits one article, hovers one output token and saves the page as PNG.
 
-    python -m benchmarks.explain_screenshot --model_base_path runs/export/pgn \
+    python -m tools.explain_screenshot --model_base_path runs/export/pgn \
         --article article.txt --out docs/explain.png [--hover 3] [--name pgn]
 
 Needs Debian's chromium and chromium-driver, and selenium (`pip install -e ".[test]"`).
