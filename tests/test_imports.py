@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODULES = ["pgn_tf", "pgn_tf.inference.summarizer", "pgn_tf.evaluate", "pgn_tf.export", "pgn_tf.training",
            "pgn_tf.serving.server", "pgn_tf.pipelines.preprocess", "pgn_tf.train",
@@ -87,6 +89,7 @@ def python(code: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_importing_pgn_tf_changes_nothing_beyond_its_dependencies():
     deps = ast.literal_eval(python(DEPENDENCIES.format(modules=MODULES)))
     assert "tensorflow" in deps and "apache_beam" in deps and "grpc" in deps

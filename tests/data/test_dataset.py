@@ -178,6 +178,7 @@ def test_cached_tokens_are_read_once_and_replayed(tmp_path):
     assert epochs == [[3 * k + 3 for k in range(7)]] * 5
 
 
+@pytest.mark.slow
 def test_cached_tokens_shuffle_repeatably_for_a_seed(tmp_path):
     """Resuming skips the batches already consumed: the order must be the same for a seed."""
     files = _lengths_files(tmp_path)

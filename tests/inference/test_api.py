@@ -37,6 +37,7 @@ def test_buckets():
     assert batch_buckets(1) == [1]
 
 
+@pytest.mark.slow
 def test_call_traces_once_per_bucket_and_pads_invisibly(summarizer, articles):
     assert summarizer.batch_size == 32
     five = summarizer(articles[:5])  # bucket 8
@@ -75,6 +76,7 @@ def test_explain(summarizer, articles):
         assert ex["source_tokens"][int(np.argmax(ex["attention"][i]))] == ex["tokens"][i]
 
 
+@pytest.mark.slow
 def test_saved_model_summarizer_matches_in_process(summarizer, articles, exported):
     _, _, path = exported
     served = pgn_tf.Summarizer.from_saved_model(path)
@@ -88,6 +90,7 @@ def test_saved_model_summarizer_matches_in_process(summarizer, articles, exporte
         pgn_tf.Summarizer.from_saved_model(os.path.dirname(path))
 
 
+@pytest.mark.slow
 def test_one_decode_path_for_an_export_and_the_model(summarizer, articles, exported, corpus,
                                                      trained_model_dir):
     from pgn_tf.inference import evaluator

@@ -75,6 +75,7 @@ def test_no_checkpoint_is_a_clear_error(tmp_path):
         ModelDir(str(tmp_path)).find_checkpoint(str(tmp_path / "ckpt" / "ckpt-9"))
 
 
+@pytest.mark.slow
 def test_evaluate_model_and_lead(trained_model_dir, corpus, tmp_path):
     result = evaluator.evaluate(evaluator.ModelDirSource(trained_model_dir), corpus["validation"],
                                 limit=24, output_dir=str(tmp_path), bootstrap=100,
@@ -283,6 +284,7 @@ def test_replace_unk_puts_the_most_attended_source_word(trained_model_dir, valid
     np.testing.assert_array_equal(off["tokens"].numpy(), out["raw_tokens"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["beam", "greedy"])
 def test_the_jit_step_decodes_what_the_plain_step_does(summarizer, validation, method):
     """decode.jit_step (the step one XLA cluster, the source padded, the beam search's batch
@@ -332,6 +334,7 @@ def test_sorted_batches_come_back_in_input_order(summarizer, validation):
     assert len(got.p_gen) == 10 and all(np.isnan(got.p_gen))  # not asked for
 
 
+@pytest.mark.slow
 def test_decode_rows_carry_tokens_p_gen_and_a_beam_override(summarizer, validation):
     articles = [e.article for e in validation[:6]]
     rows = summarizer.decode(articles, 4, request=DecodeRequest(tokens=True, p_gen=True))
@@ -402,6 +405,7 @@ def test_replace_unk_without_attention_avoids_unk(vocab, validation, encoder):
     assert all(b"[UNK]" in row.tolist() for row in raw)
 
 
+@pytest.mark.slow
 def test_summarize_cli_with_explain(trained_model_dir, summarizer, validation, tmp_path, capsys):
     html = tmp_path / "a.html"
     assert summarize.main(["--model_dir", trained_model_dir, validation[0].article,

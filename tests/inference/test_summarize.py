@@ -81,6 +81,7 @@ def test_cli_summarizer_and_evaluate_agree_on_500_lines(trained_model_dir, jsonl
     assert len(set(cli)) > 400  # real, article-specific summaries
 
 
+@pytest.mark.slow
 def test_resume_text_stdin_stop_and_errors(trained_model_dir, jsonl_500, tmp_path, capsys,
                                            monkeypatch):
     path, records = jsonl_500

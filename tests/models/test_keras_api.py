@@ -84,6 +84,7 @@ print(json.dumps({"max_diff": max(float(np.abs(x - y).max()) for x, y in zip(a, 
 """
 
 
+@pytest.mark.slow
 def test_fit_on_two_replicas_equals_one_device():
     """Keras sums the replicas' gradients, so train_step scales each replica's loss by the
     global batch: one step of fit on 2 logical CPU devices equals one step on one device."""

@@ -136,6 +136,7 @@ def loss_and_gradients(model, objective, features):
             [None if g is None else tf.convert_to_tensor(g).numpy() for g in grads])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name, objective", CASES)
 def test_fused_gradients_equal_autodiff_of_the_keras_path(name, objective):
     cfg = CONFIGS[name](objective)

@@ -198,6 +198,7 @@ def test_coverage_weight_starts_at_zero_so_conversion_changes_nothing(batch, voc
     assert float(tf.reduce_mean(terms["coverage"])) > 0
 
 
+@pytest.mark.slow
 def test_trains_through_model_fit(corpus, vocab, tiny_cfg):
     files = sorted(tf.io.gfile.glob(corpus["train"]))
     ds = dataset.make_dataset(files, vocab, tiny_cfg.data, 16, True, training=True, seed=0)

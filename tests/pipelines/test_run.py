@@ -75,6 +75,7 @@ def test_flow_pushes_only_better_models_and_skips_finished_steps(tmp_path, capsy
         server.stop()
 
 
+@pytest.mark.slow
 def test_resumes_a_run_killed_after_training(tmp_path, monkeypatch):
     """A failure in a later step leaves the finished steps alone: the next run skips them."""
     corpus = str(tmp_path / "corpus.jsonl.gz")

@@ -4,11 +4,14 @@ import glob
 import gzip
 import json
 
+import pytest
+
 from pgn_tf.data import tfrecord
 from pgn_tf.inference.saved_model import SavedModelSummarizer
 from pgn_tf.pipelines import summarize, summarizing
 
 
+@pytest.mark.slow
 def test_runinference_job_summarizes_a_glob_and_lists_bad_lines(exported, corpus, tmp_path,
                                                                 capsys, prism_attempts):
     _, _, path = exported

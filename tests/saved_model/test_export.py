@@ -19,6 +19,7 @@ ARTICLE = ("zorblax , a pilot from quenton , sold 5512 boxes of apples on friday
            "officials said zorblax sold 5512 boxes of apples .")
 
 
+@pytest.mark.slow
 def test_signatures_and_versioned_layout(exported):
     base, name, path = exported
     assert path == os.path.join(base, name, "1")
@@ -47,6 +48,7 @@ def test_graph_holds_core_ops_only(exported):
     assert not any("Xla" in op for op in ops)
 
 
+@pytest.mark.slow
 def test_saved_model_cli_returns_the_in_process_summary(exported, trained_model_dir):
     _, _, path = exported
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
@@ -77,6 +79,7 @@ def test_export_refuses_to_overwrite_and_checks_model_dir(exported, trained_mode
     assert export_command.main(["--model_dir", str(tmp_path), "--export_base", str(tmp_path)]) == 2
 
 
+@pytest.mark.slow
 def test_decode_overrides_are_baked_into_the_export(trained_model_dir, tmp_path):
     import json
 
@@ -101,6 +104,7 @@ def test_decode_overrides_are_baked_into_the_export(trained_model_dir, tmp_path)
     assert out["tokens"].shape[1] <= 2
 
 
+@pytest.mark.slow
 def test_a_dropped_load_of_the_export_is_freed(exported):
     """A server loads every new version and drops the old one: nothing of a dropped load may stay
     alive. (A tf.custom_gradient in the graph made each load register a process-wide gradient

@@ -35,6 +35,7 @@ def test_serving_default_in_the_c_runtime_answers_as_the_python_server(runner, s
     assert out["summaries"][0]  # a real summary, not an empty string compared with another
 
 
+@pytest.mark.slow
 def test_summarize_options_in_the_c_runtime_answers_as_the_python_server(runner, server,
                                                                         exported):
     _, _, path = exported
@@ -52,6 +53,7 @@ def test_summarize_options_in_the_c_runtime_answers_as_the_python_server(runner,
                                 {"articles": ARTICLES[:1], **scalars, "beam_size": 99})
 
 
+@pytest.mark.slow
 def test_the_export_holds_only_ops_the_c_runtime_registers(runner, exported):
     _, _, path = exported
     registered = c_runtime.registered_ops(runner)
@@ -69,6 +71,7 @@ class PyFunctionModel(tf.Module):
         return {"summaries": tf.reshape(upper, [-1])}
 
 
+@pytest.mark.slow
 def test_a_py_function_in_an_export_is_named_and_fails_in_the_c_runtime(runner, tmp_path):
     path = str(tmp_path / "pyfunc")
     model = PyFunctionModel()
@@ -80,6 +83,7 @@ def test_a_py_function_in_an_export_is_named_and_fails_in_the_c_runtime(runner, 
         c_runtime.run_signature(runner, path, "serving_default", {"articles": ["a b"]})
 
 
+@pytest.mark.slow
 def test_a_tensorflow_text_op_in_an_export_is_named_and_fails_to_load(runner, tmp_path):
     import tensorflow_text as tf_text
 
@@ -99,6 +103,7 @@ def test_a_tensorflow_text_op_in_an_export_is_named_and_fails_to_load(runner, tm
         c_runtime.run_signature(runner, path, "serving_default", {"articles": ["a b"]})
 
 
+@pytest.mark.slow
 def test_the_command_prints_summaries(exported, capsys):
     _, _, path = exported
     assert c_runtime.main(["--saved_model", path, ARTICLE]) == 0
@@ -113,6 +118,7 @@ def test_run_signature_refuses_inputs_the_signature_does_not_take(runner, export
     assert os.path.exists(runner)
 
 
+@pytest.mark.slow
 def test_an_export_with_a_py_function_is_refused_and_not_published(trained_model_dir, tmp_path,
                                                                    monkeypatch):
     """A signature that calls Python (as a careless change to the export might add) fails the

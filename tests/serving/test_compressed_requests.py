@@ -58,6 +58,7 @@ def test_gunzip_bounded_refuses(data, message):
     assert message in str(e.value)
 
 
+@pytest.mark.slow
 def test_gunzip_bounded_stops_inflating_at_the_limit():
     """A bomb of 1 GB is refused after inflating little more than the limit: the refusal comes
     from a bounded inflation, not from inflating all of it first."""

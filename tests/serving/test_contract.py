@@ -133,6 +133,7 @@ def bare_base(exported, tmp_path_factory):
     return str(base)
 
 
+@pytest.mark.slow
 def test_a_bare_version_dir_keeps_the_contract_and_refuses_work_over_budget(bare_base, caplog):
     caplog.set_level(logging.WARNING, logger="serving")
     srv = Server({"pgn": bare_base}, poll_seconds=0)

@@ -60,6 +60,7 @@ def test_page_is_self_contained_and_can_be_switched_off(server):
     assert "--no_explain_page" in json.loads(b"".join(body))["error"]
 
 
+@pytest.mark.slow
 def test_explain_page_in_headless_chromium(server, exported, tmp_path):
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By

@@ -34,6 +34,7 @@ def test_atheris_and_h2_are_installed():
             f"{name} is missing: pip install -e '.[test]' (or '.[fuzz]')")
 
 
+@pytest.mark.slow
 def test_a_short_seeded_campaign_finds_nothing_and_exercises_both_paths(tmp_path):
     r = fuzz.run_campaign("all", 5000, seed=20261128, out_dir=str(tmp_path),
                           wall_timeout_s=900)
@@ -224,6 +225,7 @@ HOSTILE = [
 REPRODUCERS: list = []
 
 
+@pytest.mark.slow
 def test_hostile_requests_and_reproducers_get_a_clients_error(tmp_path):
     cases = HOSTILE + REPRODUCERS
     r = fuzz.replay("all", [data for data, _ in cases], str(tmp_path))
@@ -247,6 +249,7 @@ def _finished_clean(r) -> None:
     assert r.executed >= r.runs, r.summary()
 
 
+@pytest.mark.slow
 def test_http_campaign_reaches_every_route_through_waitress(tmp_path):
     r = fuzz.run_campaign("http", 3000, seed=20261202, out_dir=str(tmp_path),
                           wall_timeout_s=600)
@@ -260,6 +263,7 @@ def test_http_campaign_reaches_every_route_through_waitress(tmp_path):
         assert f"http {route}" in seen, sorted(seen)
 
 
+@pytest.mark.slow
 def test_grpc_wire_campaign_streams_reach_the_handlers(tmp_path):
     r = fuzz.run_campaign("grpc_wire", 1000, seed=20261202, out_dir=str(tmp_path),
                           wall_timeout_s=600)
@@ -273,6 +277,7 @@ def test_grpc_wire_campaign_streams_reach_the_handlers(tmp_path):
                for o in seen), sorted(seen)
 
 
+@pytest.mark.slow
 def test_model_campaign_runs_the_real_model_on_fuzzed_strings(tmp_path):
     r = fuzz.run_campaign("model", 1500, seed=20261202, out_dir=str(tmp_path),
                           wall_timeout_s=600)
@@ -457,6 +462,7 @@ def _wire_reproducers() -> list:
     return refused * 8 + [w.Wire(payload=p).serialize()]
 
 
+@pytest.mark.slow
 def test_streams_grpc_refuses_itself_are_no_server_error(tmp_path):
     """A campaign's finding: a call whose request message gRPC refused itself (a compressed
     flag without an encoding, gzip that does not inflate, two messages, a length that lies) has

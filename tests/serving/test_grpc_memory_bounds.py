@@ -82,6 +82,7 @@ class _H2Streams:
         self.sock.close()
 
 
+@pytest.mark.slow
 def test_a_parked_stream_is_granted_only_the_lookahead_window(base):
     """With room for one reading stream, the first stream may send all but the last byte of
     its message while the second, parked, gets no more than 64 KiB; once the first is reset

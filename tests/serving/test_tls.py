@@ -286,6 +286,7 @@ def test_a_missing_pem_file_is_an_error_naming_it(pki, tmp_path):
         tls.channel_credentials(pki["ca.pem"], pki["client.pem"])
 
 
+@pytest.mark.slow
 def test_the_command_line_serves_tls_and_plaintext_rest_only_when_asked(base, pki, tmp_path):
     """The server command in a child process: gRPC on TLS; the REST port (plaintext) is open
     because --allow_plaintext_rest asks for it."""

@@ -40,6 +40,7 @@ def rss_mb() -> float:
     raise RuntimeError("no VmRSS")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs /proc")
 def test_twenty_swaps_under_load_keep_memory_and_threads_flat(heavy_tiny_model, tmp_path):
     """Each version holds a 16 MB weight: a version kept after its swap would add 16 MB."""

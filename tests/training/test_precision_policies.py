@@ -46,6 +46,7 @@ def _train(model_dir, corpus, config, overrides):
                  eval_data=corpus["validation"], progress=False).as_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 def test_ml_then_coverage_then_mixed_rl_under_each_policy(policy, tmp_path, corpus):
     """See et al.'s two phases then Paulus et al.'s mixed objective in one model dir."""
@@ -78,6 +79,7 @@ def test_ml_then_coverage_then_mixed_rl_under_each_policy(policy, tmp_path, corp
         assert json.load(f)["train"]["objective"] == "mixed"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("encoder", ["bow", "conv", "attention"])
 def test_abs_encoders_learn_under_each_policy(policy, encoder, tmp_path, corpus):

@@ -91,6 +91,7 @@ def test_resume_continues_from_the_last_step_with_identical_variables(trained, c
     np.testing.assert_array_equal(trainer.model.vocab_proj.kernel.numpy(), reader.get_tensor(kernel))
 
 
+@pytest.mark.slow
 def test_second_invocation_resumes_and_coverage_converts(trained, corpus):
     model_dir, _ = trained
     proc = train(model_dir, "--train_data", corpus["train"], "--set", "train.max_steps=25")
@@ -107,6 +108,7 @@ def test_second_invocation_resumes_and_coverage_converts(trained, corpus):
     assert model.coverage and path.endswith("ckpt-30")
 
 
+@pytest.mark.slow
 def test_a_named_restart_continues_ml_from_the_best_with_a_fresh_optimizer(tmp_path, corpus):
     """train.phase_name: a new name restarts the same objective (the RL study's ML control) from
     the best checkpoint, with a fresh optimizer at this run's learning rate and the step
@@ -131,6 +133,7 @@ def test_a_named_restart_continues_ml_from_the_best_with_a_fresh_optimizer(tmp_p
     assert code == 0 and "resumed from" in out + err and "(step 9)" in out + err
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_last_checkpoint(tmp_path, corpus):
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=ROOT)
     cmd = [sys.executable, "-m", "pgn_tf.train", "--model_dir", str(tmp_path), *SMALL,
@@ -189,6 +192,7 @@ def test_bad_inputs_fail_with_one_line_and_touch_nothing(trained, tmp_path, corp
     assert _snapshot(model_dir) == before
 
 
+@pytest.mark.slow
 def test_time_budget_and_bfloat16_mixed_precision(tmp_path, corpus):
     """train.max_minutes stops early (checkpoint and eval at the last step); bf16 compute
     trains with finite, falling losses and leaves float32 variables (under an oneDNN cap that
@@ -214,6 +218,7 @@ def test_time_budget_and_bfloat16_mixed_precision(tmp_path, corpus):
     assert all(d == tf.float32 for n, d in dtypes.items() if "embeddings" in n)
 
 
+@pytest.mark.slow
 def test_float16_on_the_keras_path_resumes_as_float32_on_the_fused_one(tmp_path, corpus):
     """train.mixed_precision=mixed_float16 (what `auto` picks on a GPU) with Keras's loss
     scaling and model.rnn_impl=keras, forced here on the CPU: finite losses, float32 variables,
@@ -247,6 +252,7 @@ def _variables(ckpt_path):
             if n.startswith("model/")}
 
 
+@pytest.mark.slow
 def test_xla_compiled_steps_match_the_plain_ones(tmp_path, corpus):
     """train.jit_compile: the same examples, padded to their bucket's bounds, give the same
     weights after a few steps as the plain tf.function step."""
@@ -264,6 +270,7 @@ def test_xla_compiled_steps_match_the_plain_ones(tmp_path, corpus):
         np.testing.assert_allclose(runs["true"][name], value, rtol=1e-3, atol=1e-5, err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data", [[], ["data.cache_tokens=true",
                                         "data.bucket_by_summary_length=true"]])
 def test_resume_continues_the_data_order_and_matches_an_uninterrupted_run(tmp_path, corpus,
@@ -294,6 +301,7 @@ def test_resume_continues_the_data_order_and_matches_an_uninterrupted_run(tmp_pa
         np.testing.assert_allclose(a[name], b[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.slow
 def test_divergence_stops_clearly_and_never_keeps_a_non_finite_best(tmp_path, corpus):
     """train.learning_rate=1e30: non-finite steps are skipped, then the run stops with one
     error line naming the step; the best checkpoint and the latest stay finite."""
@@ -316,6 +324,7 @@ def test_divergence_stops_clearly_and_never_keeps_a_non_finite_best(tmp_path, co
         assert all(np.all(np.isfinite(v)) for v in _variables(ckpt).values()), ckpt
 
 
+@pytest.mark.slow
 def test_rouge_selection_and_early_stopping(tmp_path, corpus):
     """train.select_by=rouge keeps the best validation ROUGE; with nothing to learn (rate 1e-12)
     the second evaluation is no better, and patience 1 stops the run there."""
@@ -372,6 +381,7 @@ def test_a_locked_model_dir_and_a_corrupt_record_are_one_line_errors(tmp_path, c
     assert f"{bad} has a corrupt or truncated record at byte offset {at}" in lines[0]
 
 
+@pytest.mark.slow
 def test_export_on_best_writes_the_next_version(tmp_path, corpus):
     base = tmp_path / "serving" / "pgn"
     (base / "7").mkdir(parents=True)  # an older version: the export goes above it

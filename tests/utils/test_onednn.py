@@ -7,6 +7,8 @@ import subprocess
 import sys
 import types
 
+import pytest
+
 from pgn_tf import commands
 from pgn_tf.utils import onednn, quiet
 
@@ -68,6 +70,7 @@ def _tensorflow_after_start(env: dict) -> tuple[str, bool]:
     return value, enabled == "True"
 
 
+@pytest.mark.slow
 def test_tensorflow_runs_onednn_after_start_and_honours_the_users_off():
     env = {k: v for k, v in os.environ.items() if k != onednn.VARIABLE}
     if onednn.platform.machine().lower() in onednn.X86_64:

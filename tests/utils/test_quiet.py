@@ -42,6 +42,7 @@ def assert_no_noise(stderr: str) -> None:
     assert not [n for n in NOISE if n in stderr], stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["pgn_tf.train", "pgn_tf.serving.server"])
 def test_help_starts_quietly(module):
     done = run(["-m", module, "--help"])
@@ -50,6 +51,7 @@ def test_help_starts_quietly(module):
     assert done.stderr == ""
 
 
+@pytest.mark.slow
 def test_summarize_on_an_export_prints_the_summary_and_its_count_only(exported, tmp_path):
     """Loading the export used to log 'unsaved custom gradients' once per function."""
     _, _, path = exported
@@ -82,6 +84,7 @@ def test_start_installs_its_filters_unless_verbose(how):
     assert done.stdout.split("\n")[0] == expected.get(how, "None 1 False False")
 
 
+@pytest.mark.slow
 def test_real_warnings_still_show():
     code = """
 import logging, warnings
