@@ -174,10 +174,16 @@ ALL: dict[str, Preset] = {**_PAPERS, **_DEBIAN, **_DIGESTS, **_OTHERS}
 PRESETS: dict[str, Preset] = {k: v for k, v in ALL.items() if not k.startswith("_")}
 
 
-def values(name: str) -> list[tuple[str, object]]:
-    """The (key, value) pairs preset `name` sets, its bases' first, in the order they apply."""
+def sources(name: str) -> list[tuple[str, object, str]]:
+    """The (key, value, the preset that sets it) triples preset `name` applies, its bases'
+    first, in the order they apply."""
     preset = ALL[name]
     out = []
     for base in preset.bases:
-        out += values(base)
-    return out + list(preset.values.items())
+        out += sources(base)
+    return out + [(key, value, name) for key, value in preset.values.items()]
+
+
+def values(name: str) -> list[tuple[str, object]]:
+    """The (key, value) pairs preset `name` sets, its bases' first, in the order they apply."""
+    return [(key, value) for key, value, _ in sources(name)]

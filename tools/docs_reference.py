@@ -271,18 +271,10 @@ def config_page() -> str:
 def _preset_rows(name: str) -> list[list[str]]:
     from pgn_tf import presets
 
-    final, where = {}, {}
-
-    def walk(current: str) -> None:
-        for base in presets.ALL[current].bases:
-            walk(base)
-        for key, value in presets.ALL[current].values.items():
-            final[key], where[key] = value, current
-
-    walk(name)
-    return [[f"`{key}`", _code(final[key]),
-             "this preset" if where[key] == name else f"[{where[key]}](#{where[key]})"]
-            for key in final]
+    final = {key: (value, setter) for key, value, setter in presets.sources(name)}
+    return [[f"`{key}`", _code(value),
+             "this preset" if setter == name else f"[{setter}](#{setter})"]
+            for key, (value, setter) in final.items()]
 
 
 def _preset_section(name: str) -> list[str]:

@@ -10,6 +10,9 @@ import pytest
 
 from pgn_tf.utils import child_process
 
+# A child that waits until a signal ends it (no timer of its own): only the deadline stops it.
+WAITS = f"{sys.executable} -c 'import signal; signal.pause()'"
+
 
 def test_run_logged_appends_each_command_and_its_output(tmp_path):
     log = tmp_path / "run.log"
@@ -79,7 +82,7 @@ def test_run_for_stops_the_whole_group_past_its_deadline(tmp_path, monkeypatch, 
         popen["preexec_fn"] = lambda: signal.signal(signal.SIGTERM, signal.SIG_IGN)
     log = tmp_path / "run.log"
     try:
-        stopped = child_process.run_for(["sh", "-c", "sleep 600 & sleep 600"], 0.2, str(log),
+        stopped = child_process.run_for(["sh", "-c", f"{WAITS} & {WAITS}"], 0.2, str(log),
                                         **popen)
         os.close(write_end)  # this process' copy: the commands' are all that could be left
         write_end = None
@@ -89,4 +92,4 @@ def test_run_for_stops_the_whole_group_past_its_deadline(tmp_path, monkeypatch, 
         os.close(read_end)
         if write_end is not None:
             os.close(write_end)
-    assert log.read_text().splitlines()[0] == "$ sh -c sleep 600 & sleep 600"
+    assert log.read_text().splitlines()[0] == f"$ sh -c {WAITS} & {WAITS}"
