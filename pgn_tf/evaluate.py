@@ -11,13 +11,17 @@ Reports ROUGE-1/2/Lsum F1 (rouge-score, stemmed, sentences on separate lines for
 bootstrap 95% intervals), average summary length, % duplicate 1-4-grams and sentences (See et
 al. Fig. 4), % novel 1-4-grams w.r.t. the article (Fig. 6), mean p_gen, [UNK] rate (after and
 before decode.replace_unk), and the shares of outputs that repeat a token and that repeat a
-word (word tokens only, punctuation excluded), each beside the references' own rate. On
+word (word tokens only, punctuation excluded) and a content word (function words excluded),
+novel words (output words absent from the article), each beside the references' own rate. On
 digests (articles of blank-line-separated blocks, one reference line per block), the block
 measures of `pgn_tf.metrics.digests` too: blocks covered, sentences repeated, blocks revisited.
 Baselines without a model: `lead` (the first --lead_sentences sentences, or --lead_words
 words) and `lead_blocks` (the first sentence of each block the model would read).
 `--decoded FILE` scores another system's outputs instead (one summary a line, in the order of
 the data, retokenized with this project's tokenizer), every measure computed the same way.
+`--fluency_data TRAIN` adds fluency: the outputs' perplexity (and the references') under a
+Kneser-Ney trigram model of the training split's reference summaries, a model of how
+summaries are written that is neither the summarizer nor the RL reward.
 `--rouge_recall_bytes 75` adds DUC-style ROUGE recall of the decoded summaries cut to their first
 75 bytes (Rush et al. 2015's protocol). Writes decoded.jsonl, decoded.txt, reference.txt and
 metrics.json to --output_dir (default <model_dir>/eval_<split name>).
@@ -78,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--bootstrap", type=int, default=1000)
     p.add_argument("--rouge_recall_bytes", type=int, metavar="N",
                    help="also report ROUGE recall of the summaries cut to N bytes (DUC: 75)")
+    p.add_argument("--fluency_data", metavar="TRAIN_PATH",
+                   help="the training split: an n-gram model of its reference summaries scores "
+                        "the outputs' fluency (fluency_ppl; pgn_tf.metrics.fluency)")
     p.add_argument("--quiet", action="store_true")
     add_verbose_flag(p)
     return p
@@ -126,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     def run() -> None:
         result = evaluate(source_from_flags(a), a.data, data_format=a.data_format,
                           limit=a.limit, output_dir=a.output_dir, bootstrap=a.bootstrap,
-                          rouge_recall_bytes=a.rouge_recall_bytes, progress=not a.quiet)
+                          rouge_recall_bytes=a.rouge_recall_bytes,
+                          fluency_data=a.fluency_data, progress=not a.quiet)
         print(json.dumps(result.metrics))
 
     with logs.to_stdout():

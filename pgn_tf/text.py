@@ -113,6 +113,25 @@ def is_word(token: str) -> bool:
     return any(c.isalnum() for c in token)
 
 
+# English function words: the words a summary may repeat without saying a thing twice
+# ("library for X and for Y"). A content word is a word (is_word) outside this list; the
+# evaluator's content-word repetition counts those ("2048 game game", "plugin plugin for").
+FUNCTION_WORDS = frozenset("""
+a about above after again against all am an and any are as at be because been before being
+below between both but by can could did do does doing down during each either few for from
+further had has have having he her here hers him his how i if in into is it its itself just
+me more most my neither no nor not of off on once only or other our ours out over own same
+she should so some such than that the their theirs them then there these they this those
+through to too under until up upon us very via was we were what when where which while who
+whom whose why will with within without would you your yours 's n't
+""".split())
+
+
+def is_content_word(token: str) -> bool:
+    """A word (is_word) that is not a function word (FUNCTION_WORDS; compared lowercased)."""
+    return is_word(token) and token.lower() not in FUNCTION_WORDS
+
+
 def tokens_to_sentences(tokens: list[str]) -> str:
     """Tokens -> text with one sentence a line (rougeLsum's input convention)."""
     lines, cur = [], []

@@ -34,9 +34,12 @@ from pgn_tf.decoding.search import DecodeRequest
 from pgn_tf.inference.api import SummarizerAPI
 from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.metrics import digests as digest_metrics
+from pgn_tf.metrics import fluency
 from pgn_tf.metrics.scoring import (
     BASELINES,
     article_blocks,
+    fit_reference_lm,
+    fluency_scores,
     lead,
     lead_blocks,
     reference_text,
@@ -154,20 +157,31 @@ def decode_split(summarizer: SummarizerAPI, examples: Sequence[Example], *,
 
 def score_summaries(decoded: list[list[str]], evalset: EvalSet, max_enc_steps: int, *,
                     system: str, bootstrap: int = 1000,
-                    rouge_recall_bytes: int | None = None) -> Evaluation:
+                    rouge_recall_bytes: int | None = None,
+                    lm: fluency.KneserNeyLM | None = None) -> Evaluation:
     """Scores summaries (token lists, in the order of evalset's examples): ROUGE with
     bootstrap intervals, repetition and novelty (pgn_tf.metrics.scoring), a digest's blocks
-    (pgn_tf.metrics.digests, over the first max_enc_steps article tokens)."""
+    (pgn_tf.metrics.digests, over the first max_enc_steps article tokens), and with lm (a
+    model of the training references, scoring.fit_reference_lm) fluency: the outputs'
+    perplexity beside the references' own, each row's score kept for paired tests."""
     metrics = {"system": system, "examples": len(evalset.examples)}
     metrics.update(score(decoded, evalset.references, evalset.articles, bootstrap,
                          rouge_recall_bytes))
+    fluent = fluency_scores(lm, decoded) if lm else [None] * len(decoded)
+    if lm:
+        metrics["fluency_ppl"] = round(fluency.perplexity(fluent), 3)
+        metrics["reference_fluency_ppl"] = round(fluency.perplexity(
+            fluency_scores(lm, [r.split() for r in evalset.references])), 3)
     digest, per_digest = digest_metrics.score(
         decoded, evalset.references, [[len(x) for x in b] if b else None for b in evalset.blocks],
         max_enc_steps)
     metrics.update(digest)
     rows = []
-    for ex, d, r, g in zip(evalset.examples, decoded, evalset.references, per_digest):
+    for ex, d, r, g, f in zip(evalset.examples, decoded, evalset.references, per_digest,
+                              fluent):
         row = {"id": ex.id, "decoded": " ".join(d), "reference": r}
+        if f:  # the summary's fluency, for paired tests (metrics.significance)
+            row.update(fluency_nll=round(f[0], 4), fluency_tokens=f[1])
         if g:  # a digest's counts, for paired tests (digests.per_example_shares)
             row.update(blocks=g["blocks"], blocks_matched=g["matched"],
                        sentences=g["sentences"], repeated_sentences=g["repeated"])
@@ -178,12 +192,13 @@ def score_summaries(decoded: list[list[str]], evalset: EvalSet, max_enc_steps: i
 def decode_and_score(summarizer: SummarizerAPI, evalset: EvalSet,
                      request: DecodeRequest | None = None, *, batch_size: int | None = None,
                      bootstrap: int = 1000, rouge_recall_bytes: int | None = None,
+                     lm: fluency.KneserNeyLM | None = None,
                      verbose: int | None = 0) -> Evaluation:
     """The one decode-and-score: evalset's articles decoded by `summarizer` (either
     SummarizerAPI; request: the decoding asked of it, default the config's), sorted by their
     token counts, then scored (score_summaries) with the model's own measures: [UNK]s before
     decode.replace_unk, mean p_gen, speed. bootstrap: resamples of the ROUGE intervals (0:
-    plain means, as tuning and validation use)."""
+    plain means, as tuning and validation use); lm: the fluency model, as score_summaries'."""
     request = request or DecodeRequest()
     pointer = summarizer.pointer_gen
     out = decode_split(summarizer, evalset.examples, batch_size=batch_size,
@@ -191,7 +206,7 @@ def decode_and_score(summarizer: SummarizerAPI, evalset: EvalSet,
                        lengths=[len(a) for a in evalset.articles], verbose=verbose)
     result = score_summaries(out.tokens, evalset, summarizer.cfg.data.max_enc_steps,
                              system="model", bootstrap=bootstrap,
-                             rouge_recall_bytes=rouge_recall_bytes)
+                             rouge_recall_bytes=rouge_recall_bytes, lm=lm)
     m = result.metrics
     m["raw_unk_outputs_pct"] = share_pct(["[UNK]" in t for t in out.raw_tokens])
     if pointer and out.p_gen:
@@ -358,7 +373,8 @@ Source = ModelDirSource | ExportSource | BaselineSource | DecodedFileSource
 
 def evaluate(source: Source, data: str, *, data_format: str | None = None,
              limit: int | None = None, output_dir: str | None = None, bootstrap: int = 1000,
-             rouge_recall_bytes: int | None = None, progress: bool = True) -> Evaluation:
+             rouge_recall_bytes: int | None = None, fluency_data: str | None = None,
+             progress: bool = True) -> Evaluation:
     """Scores the summaries `source` gives for `data`: ROUGE with bootstrap intervals,
     repetition, novelty, the digests' blocks. A model dir or an export decodes
     (decode_and_score; perplexity too for a model dir); a baseline or a file is scored as it
@@ -371,17 +387,22 @@ def evaluate(source: Source, data: str, *, data_format: str | None = None,
         (default <model dir>/eval_<data name> where the source names a model dir; none without).
       bootstrap: resamples of the confidence intervals (0: none);
       rouge_recall_bytes: also ROUGE recall of summaries cut to N bytes (DUC: 75).
+      fluency_data: a training split (any pgn_tf data path, its format detected) whose
+        reference summaries fit the fluency model (scoring.fit_reference_lm): the outputs'
+        perplexity under it is reported as fluency_ppl; None: no fluency.
       progress: a progress bar over the decoding.
     Raises UserError for a bad path or data the source cannot score.
     """
     scoring = {"bootstrap": bootstrap, "rouge_recall_bytes": rouge_recall_bytes}
     if isinstance(source, (BaselineSource, DecodedFileSource)):
         cfg = source.config()
+        scoring["lm"] = reference_lm(fluency_data, cfg.data)
         evalset = EvalSet.prepare(read_split(data, data_format, limit), cfg.data)
         result = score_summaries(source.summaries(evalset, cfg.data), evalset,
                                  cfg.data.max_enc_steps, system=source.system, **scoring)
     elif isinstance(source, (ModelDirSource, ExportSource)):
         summarizer = source.summarizer()
+        scoring["lm"] = reference_lm(fluency_data, summarizer.cfg.data)
         examples = read_split(data, data_format, limit)
         evalset = EvalSet.prepare(examples, summarizer.cfg.data)
         result = decode_and_score(summarizer, evalset, source.request(),
@@ -395,6 +416,12 @@ def evaluate(source: Source, data: str, *, data_format: str | None = None,
                         f"DecodedFileSource, not {type(source).__name__}")
     write_evaluation(result, evalset, output_dir or default_output_dir(source, data))
     return result
+
+
+def reference_lm(path: str | None, data: config_lib.DataConfig) -> fluency.KneserNeyLM | None:
+    """The fluency model of the split at path (None: none), its references tokenized as data
+    says."""
+    return fit_reference_lm(read_split(path, None, None), data) if path else None
 
 
 def default_output_dir(source: Source, data: str) -> str | None:

@@ -1,9 +1,10 @@
 """How summaries are scored, as the papers score them: ROUGE-1/2/Lsum F1 (rouge-score, stemmed,
 sentences on separate lines for rougeLsum, bootstrap 95% intervals), See et al.'s repetition
-(Fig. 4) and novelty (Fig. 6), the shares of outputs repeating a token or a word, [UNK] rates,
-Rush et al.'s 75-byte recall, and the lead baselines that need no model. Pure functions of token
-lists: evaluation, validation ROUGE during training, the pipelines and the benchmarks all score
-with these.
+(Fig. 4) and novelty (Fig. 6), the shares of outputs repeating a token, a word or a content
+word, novel words (output words absent from the article), [UNK] rates, fluency (the outputs'
+perplexity under a reference-trained n-gram model, metrics.fluency), Rush et al.'s 75-byte
+recall, and the lead baselines that need no model. Pure functions of token lists: evaluation,
+validation ROUGE during training, the pipelines and the benchmarks all score with these.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import tensorflow as tf
 from pgn_tf import config as config_lib
 from pgn_tf import text
 from pgn_tf.data.example import Example
-from pgn_tf.metrics import digests
-from pgn_tf.text import is_word, tokens_to_sentences
+from pgn_tf.metrics import digests, fluency
+from pgn_tf.text import is_content_word, is_word, tokens_to_sentences
+from pgn_tf.utils.errors import UserError
 
 BASELINES = ("lead", "lead_blocks")  # the baselines evaluation scores without a model
 
@@ -70,6 +72,21 @@ def repeats(tokens: list[str]) -> bool:
     return len(tokens) != len(set(tokens))
 
 
+def repeats_content_word(tokens: list[str]) -> bool:
+    """Whether a content word (text.is_content_word, compared lowercased) occurs twice: "2048
+    game game" does, "library for X and for Y" does not."""
+    return repeats([t.lower() for t in tokens if is_content_word(t)])
+
+
+def novel_words(tokens: list[str], article: list[str]) -> tuple[int, int]:
+    """(output words absent from the article, output words): words (text.is_word) only, so
+    that punctuation the article lacks is not counted. For a copy model a word from nowhere is
+    a hallucination signal; the references' own share says how abstractive the corpus is."""
+    source = set(article)
+    words = [t for t in tokens if is_word(t)]
+    return sum(t not in source for t in words), len(words)
+
+
 def repetition_and_novelty(decoded: list[list[str]], articles: list[list[str]]) -> dict:
     """See et al. Fig. 4 (duplicates within a summary) and Fig. 6 (n-grams not in the article);
     the shares of outputs that repeat a token (any token) and a word (`is_word` tokens only:
@@ -94,6 +111,12 @@ def repetition_and_novelty(decoded: list[list[str]], articles: list[list[str]]) 
     stats["repeat_token_outputs_pct"] = share_pct([repeats(t) for t in decoded])
     stats["repeat_word_outputs_pct"] = share_pct([repeats([w for w in t if is_word(w)])
                                              for t in decoded])
+    stats["repeat_content_word_outputs_pct"] = share_pct([repeats_content_word(t)
+                                                         for t in decoded])
+    novel = [novel_words(t, a) for t, a in zip(decoded, articles)]
+    words = sum(n[1] for n in novel)
+    stats["novel_word_pct"] = round(100 * sum(n[0] for n in novel) / words, 2) if words else 0.0
+    stats["novel_word_outputs_pct"] = share_pct([n[0] > 0 for n in novel])
     stats["unk_outputs_pct"] = share_pct(["[UNK]" in t for t in decoded])
     stats["avg_summary_tokens"] = round(float(np.mean([len(t) for t in decoded])), 2)
     return stats
@@ -150,6 +173,8 @@ def score(decoded: list[list[str]], references: list[str], article_tokens: list[
     ref_stats = repetition_and_novelty(ref_tokens, article_tokens)
     metrics["reference_repeat_token_pct"] = ref_stats["repeat_token_outputs_pct"]
     metrics["reference_repeat_word_pct"] = ref_stats["repeat_word_outputs_pct"]
+    metrics["reference_repeat_content_word_pct"] = ref_stats["repeat_content_word_outputs_pct"]
+    metrics["reference_novel_word_pct"] = ref_stats["novel_word_pct"]
     # See et al.'s Fig. 4 and 6 show the references' bars beside the models'
     for key in [*(f"{k}_{n}gram_pct" for k in ("dup", "novel") for n in (1, 2, 3, 4)),
                 "dup_sentence_pct"]:
@@ -161,6 +186,32 @@ def score(decoded: list[list[str]], references: list[str], article_tokens: list[
                         + ("_ci95" if k.endswith("_ci95") else ""): v
                         for k, v in recall.items()})
     return metrics
+
+
+def fit_reference_lm(examples: list[Example], cfg: config_lib.DataConfig,
+                     order: int = 3) -> fluency.KneserNeyLM:
+    """The fluency model: a Kneser-Ney n-gram model (metrics.fluency) of the examples'
+    reference summaries (the training split's), one sequence a reference line, tokenized as
+    the model tokenizes."""
+    lines = [x for e in examples for x in e.summary.split("\n") if x.strip()]
+    return fluency.KneserNeyLM.fit(tokenize_texts(lines, cfg), order=order)
+
+
+def articles_by_id(examples: list[Example], cfg: config_lib.DataConfig) -> dict[str, list[str]]:
+    """Each example's article tokens by its id (novel words of decoded rows, which carry ids);
+    UserError where two examples share an id."""
+    ids = [e.id for e in examples]
+    if len(set(ids)) != len(ids):
+        raise UserError("the data's example ids are not unique: rows cannot be matched to "
+                        "their articles")
+    return dict(zip(ids, tokenize_texts([e.article for e in examples], cfg)))
+
+
+def fluency_scores(lm: fluency.KneserNeyLM,
+                   summaries: list[list[str]]) -> list[tuple[float, int]]:
+    """Each summary's (negative log-probability, predicted tokens) under lm, sentence by
+    sentence (split after ".", "!", "?" tokens)."""
+    return [fluency.summary_nll(lm, digests.sentences(t)) for t in summaries]
 
 
 def article_blocks(examples: list[Example], references: list[str],

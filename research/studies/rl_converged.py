@@ -50,7 +50,9 @@ as the start, and the table's "selected step" says so.
 Each phase's model dir is kept and a phase that finished is not run again (nor its scoring
 redone), so a run stopped midway resumes where it stopped; --stop_after PHASE ends a run
 cleanly after one phase (PHASES), for machines lent for less time than
-the whole study. Writes <work_dir>/rl_table.md (partial until the arms are in;
+the whole study. Writes <work_dir>/measures.md and .json (research.studies.measures_table: every
+arm's content-word repeats, novel words and fluency beside ROUGE, each comparison's paired
+tests), <work_dir>/rl_table.md (partial until the arms are in;
 research.studies.rl_converged_table renders it), rl.json and a JSON line.
 """
 
@@ -63,7 +65,7 @@ import shutil
 import sys
 
 from research.common import emit, event_scalars
-from research.studies import rl_arms, rl_converged_table
+from research.studies import measures_table, rl_arms, rl_converged_table
 from research.studies.digest_table import DigestSettings, DigestTable
 from research.studies.quality_table import Table, TableSettings, set_flags
 from research.studies.resumable import StudyState, run_and_write, selected_step
@@ -188,6 +190,10 @@ class Study:
             r["decoded_kept"] = self.keep_decoded(r, ARM_DIRS[arm])
         self.state["tests"] = rl_arms.compare_arms(
             {k: w(r["decoded_kept"]) for k, r in rows.items()}, w(start_row["decoded_kept"]))
+        # the measures RL is not trained on, each with its paired test: measures.md, .json
+        measures_table.write_table(a.work_dir, a.data_dir,
+                                   measures_table.present(measures_table.DEFAULT_COMPARE,
+                                                          a.work_dir))
         self.save()
 
     def rl_grid(self, start: str, t0: dict) -> dict:

@@ -12,7 +12,7 @@ from pgn_tf import config as config_lib
 from pgn_tf import model_dir as model_dir_lib
 from pgn_tf.metrics import significance
 from research.common import code_version
-from research.studies import rl_arms, targets
+from research.studies import measures_table, rl_arms, targets
 from research.studies import rl_converged as rc
 
 pytestmark = pytest.mark.study  # research, apart from the product (pyproject.toml)
@@ -167,6 +167,17 @@ def test_the_record_names_the_code():
     assert "code: abc1234, def5678+changes." in md
 
 
+def _fake_data(data_dir):
+    """The corpus the fake rows decode: their articles (novel words) and a training split (the
+    fluency model), as the measures table reads them."""
+    import gzip
+
+    for name, n in (("train", 30), ("validation", 20)):
+        with gzip.open(data_dir / f"{name}.jsonl.gz", "wt", encoding="utf-8") as f:
+            f.writelines(json.dumps({"id": f"v{i}", "article": f"a b {i}",
+                                     "summary": "a b c"}) + "\n" for i in range(n))
+
+
 def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     """--stop_after ends a run after one phase; the next run reuses every finished phase and its
     scoring, and only the whole study computes the arms' tests. The training and the scoring
@@ -191,13 +202,14 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     def evaluate(self, name, stage, model_dir, extra=(), train=None, **info):
         scored.append(name)
         path = tmp_path / (name.replace(" ", "_") + ".jsonl")
-        path.write_text("".join(json.dumps({"decoded": f"a b {i % 3}", "reference": "a b c"})
-                                + "\n" for i in range(20)))
+        path.write_text("".join(json.dumps({"id": f"v{i}", "decoded": f"a b {i % 3}",
+                                            "reference": "a b c"}) + "\n" for i in range(20)))
         return {"name": name, "rouge1": 1.0, "rouge2": 1.0, "rougeLsum": 1.0,
                 "decoded": str(path), **info}
 
     monkeypatch.setattr(rc.Table, "train_phase", train_phase)
     monkeypatch.setattr(rc.Table, "evaluate", evaluate)
+    _fake_data(tmp_path)
     work = tmp_path / "work"
     args = ["--data_dir", str(tmp_path), "--work_dir", str(work), "--grid_learning_rates", "1e-4",
             "--grid_gammas", "0.9984,0.99", "--control_learning_rates", "1e-4,3e-4"]
@@ -242,6 +254,10 @@ def test_a_stopped_run_resumes_without_redoing_a_phase(tmp_path, monkeypatch):
     again = significance.compare(kept["ML control"], kept["ML+RL (mixed)"], "rougeLsum")
     assert again == state["tests"]["ML+RL (mixed) vs ML control, rougeLsum"]
     assert "decoded/control_seed2.jsonl.gz" in md
+    # the measures RL is not trained on, every default comparison tested on each
+    measures = json.loads((work / "measures.json").read_text())
+    assert set(measures["tests"]) == set(measures_table.DEFAULT_COMPARE)
+    assert "| ML+RL (mixed), seed 2 vs ML control, seed 2 |" in (work / "measures.md").read_text()
 
 
 def _fake_phases(monkeypatch, tmp_path):
@@ -264,13 +280,14 @@ def _fake_phases(monkeypatch, tmp_path):
     def evaluate(self, name, stage, model_dir, extra=(), train=None, **info):
         scored.append(name)
         path = tmp_path / (name.replace(" ", "_") + ".jsonl")
-        path.write_text("".join(json.dumps({"decoded": f"a b {i % (2 + len(scored))}",
+        path.write_text("".join(json.dumps({"id": f"v{i}", "decoded": f"a b {i % (2 + len(scored))}",
                                             "reference": "a b c"}) + "\n" for i in range(20)))
         return {"name": name, "rouge1": 1.0, "rouge2": 1.0, "rougeLsum": 1.0,
                 "decoded": str(path), **info}
 
     monkeypatch.setattr(rc.Table, "train_phase", train_phase)
     monkeypatch.setattr(rc.Table, "evaluate", evaluate)
+    _fake_data(tmp_path)
     return trained, scored
 
 
