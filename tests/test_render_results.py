@@ -78,7 +78,7 @@ def test_every_data_file_sits_beside_its_record_and_names_its_source():
         for key in ("date", "command", "commit", "cpu_flags", "corpus"):
             assert key in rec, (rec["record"], key)
         for row in rec["rows"]:
-            assert row["kind"] in ("quality", "speed"), rec["record"]
+            assert row["kind"] in ("quality", "speed", "measures"), rec["record"]
             assert row["figures"], rec["record"]
             assert (REPO / row["source"]).exists(), (rec["record"], row["source"])
 
@@ -93,6 +93,21 @@ def test_headline_table_holds_the_marked_rows_by_corpus_then_paper(repo):
     assert "| baseline |" not in table
     assert "[2026-01-01](research/records/2026-01-01-a.md)" in body[0]
     assert "| 47.00 | 20.00 | 44.00 |" in body[1]
+
+
+def test_the_recipe_comes_first_with_the_measures_a_later_record_computed(repo):
+    """A "measures" row of a later record joins the quality row it measured, by that row's
+    record and source name; a row marked "recipe" leads the table."""
+    _record(repo, "2026-01-03-c", "2026-01-03", [
+        _quality("recipe", "See et al. (2017)", rr.DESCRIPTIONS, 48.0, headline=True,
+                 recipe=True, source_name="the recipe"),
+        {"kind": "measures", "of_record": "2026-01-03-c.md", "of_source_name": "the recipe",
+         "figures": {"repeat_content_word_pct": 2.5, "fluency_ppl": 70.25}},
+    ])
+    body = rr.headline_table(rr.load_records(repo / rr.RECORDS), "").splitlines()[2:]
+    assert body[0].startswith("| See et al. (2017) | recipe |")
+    assert "| 48.00 | 20.00 | 45.00 | 2.50 | 70.25 |" in body[0]
+    assert "| 47.00 | 20.00 | 44.00 | - | - |" in body[2]  # no measures computed for it
 
 
 def test_speed_table_takes_the_latest_run_of_each_cpu_type_without_variants(repo):

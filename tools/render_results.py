@@ -75,6 +75,14 @@ def rows_of(records: list[dict], kind: str) -> list[Row]:
     ]
 
 
+def measures_of(records: list[dict]) -> dict[tuple[str, str], dict]:
+    """The figures of the "measures" rows (measures computed later from a quality row's kept
+    outputs, by the record that computed them), by the (record, source_name) of the quality row
+    they measure."""
+    return {(r.data["of_record"], r.data["of_source_name"]): r.figures
+            for r in rows_of(records, "measures")}
+
+
 def _rank(value: str, order: tuple[str, ...]) -> int:
     return order.index(value) if value in order else len(order)
 
@@ -101,18 +109,24 @@ def _table(header: list[str], body: list[list[str]]) -> str:
 
 
 def headline_table(records: list[dict], prefix: str) -> str:
-    """The README's quality table: each paper's best model and the lead baseline, per corpus."""
+    """The README's quality table: the recipe the README trains first (rows marked "recipe"),
+    then each paper's best model and the lead baseline, per corpus; beside ROUGE, the measures
+    RL is not trained on where a record computed them (measures_of)."""
     rows = [r for r in rows_of(records, "quality") if r.data.get("headline")]
-    rows.sort(key=lambda r: (_rank(r.data["corpus"], CORPORA),
+    rows.sort(key=lambda r: (not r.data.get("recipe"), _rank(r.data["corpus"], CORPORA),
                              _rank(r.data["paper"], PAPERS), r.date, r.order))
-    body = [
-        [r.data["paper"], _model(r), r.data.get("budget") or "-", r.data["corpus"],
-         _num(r.figures.get("rouge1")), _num(r.figures.get("rouge2")),
-         _num(r.figures.get("rougeLsum")), _link(r, prefix)]
-        for r in rows
-    ]
+    measures = measures_of(records)
+    body = []
+    for r in rows:
+        m = measures.get((r.record, r.data.get("source_name")), {})
+        body.append([r.data["paper"], _model(r), r.data.get("budget") or "-", r.data["corpus"],
+                     _num(r.figures.get("rouge1")), _num(r.figures.get("rouge2")),
+                     _num(r.figures.get("rougeLsum")),
+                     _num(m.get("repeat_content_word_pct")), _num(m.get("fluency_ppl")),
+                     _link(r, prefix)])
     return _table(["paper", "model", "budget on 2 CPU cores", "corpus", "ROUGE-1", "ROUGE-2",
-                   "ROUGE-Lsum", "record"], body)
+                   "ROUGE-Lsum", "repeating a content word %", "fluency (perplexity)",
+                   "record"], body)
 
 
 def quality_table(records: list[dict], corpus: str, prefix: str) -> str:
