@@ -220,6 +220,10 @@ class DecodeConfig:
     coverage_penalty: NonNegativeFloat = 0.0
     # A hypothesis may not emit a word it already emitted (punctuation and special tokens exempt).
     block_repeated_words: bool = False
+    # With block_repeated_words: function words (pgn_tf.text.FUNCTION_WORDS) may repeat too, so
+    # only a content word is blocked: "library for X and for Y" stays writable, "game game"
+    # does not. Off: every word is blocked, as the presets measured it.
+    block_content_words_only: bool = False
     # Rush et al. (2015): N > 0 emits exactly N words ([STOP] never; min/max steps ignored), with
     # hypothesis recombination on the last model.abs_window ids for ABS; 0 = [STOP]-based.
     fixed_length: NonNegativeInt = 0
@@ -236,6 +240,13 @@ class DecodeConfig:
     # compilations of about a second each per process. Off: docs/performance.md says what it
     # gains and costs where it was measured.
     jit_step: bool = False
+    # K > 0: the search's vocabulary layer, softmax and top-k run over each batch's candidate
+    # words only (pgn_tf.decoding.shortlist): the K most frequent words of the vocabulary, the
+    # special tokens and every word of the batch's articles, as Marian's shortlists and
+    # CTranslate2's vocabulary_mapping do on CPUs; a summary writes mostly those, and the
+    # pointer copies the rest (extended ids stay exact). 0: the full vocabulary. Off by
+    # default: the summaries it changes are measured before it is turned on.
+    shortlist: NonNegativeInt = 0
 
 
 # decode.jit_step: the source length a compiled step sees is padded up to a multiple of this.

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from pgn_tf.decoding.candidates import merge_rows, row_top_k
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
-from pgn_tf.layers.pointer import Mixture, vocab_width
+from pgn_tf.layers.pointer import Mixture, mixture_columns, mixture_vocab, vocab_width
 
 
 def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, step: tf.Tensor,
@@ -26,17 +26,26 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     full eq. 9 probability, the copy attention summed over its positions (a segment sum over
     L, at the first position of each id). Their log-probabilities, banned ones min(log p,
     -1e9) as `Constraints.apply` leaves them, go to `merge_rows`.
+
+    A shortlisted Mixture (its `columns` and `position` set: pgn_tf.decoding.shortlist) has
+    P_vocab over its C candidate columns: the bans and the article's ids are mapped to their
+    columns, and the columns chosen back to vocabulary ids; a word without a column is never
+    a candidate (its probability is 0), so a ban on it is moot.
     """
-    n, v = tf.shape(seq)[0], vocab_width(mix.logits)
+    n, c, v = tf.shape(seq)[0], mixture_columns(mix), mixture_vocab(mix)
     ban_idx, ban_values = constraints.ban_entries(n, seq, step)
     l_src = tf.shape(mix.ext_ids)[1]
     col = ban_idx[:, 1]
     ban = ban_values <= NEG_INF / 2  # [U]
     in_vocab = col < v
+    ban_col, in_cols = col, in_vocab
+    if mix.position is not None:
+        ban_col = tf.gather(mix.position, tf.minimum(col, v - 1))
+        in_cols = in_vocab & (ban_col < c)
     # P_vocab with its banned columns at -1 (below every allowed probability).
     banned_probs = _softmax_banned_in_place(
-        mix.logits, n, tf.boolean_mask(ban_idx[:, 0], ban & in_vocab),
-        tf.boolean_mask(col, ban & in_vocab))
+        mix.logits, n, tf.boolean_mask(ban_idx[:, 0], ban & in_cols),
+        tf.boolean_mask(ban_col, ban & in_cols), width=c)
     # Bans on the OOV slots (ids >= V): a [N, M + 1] marker (column 0 a dump for the rest).
     m = tf.maximum(mix.width - v, 0)
     oov_banned = tf.tensor_scatter_nd_max(
@@ -46,8 +55,10 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
 
     p_gen = tf.cast(mix.p_gen, tf.float32)[:, None]
     # The vocabulary's candidates, less those in the article (scored below with their copies).
-    k_vocab = tf.minimum(pool, v)
+    k_vocab = tf.minimum(pool, c)
     vocab_p, vocab_ids = row_top_k(banned_probs, k_vocab, chunk)  # [N, P]
+    if mix.columns is not None:
+        vocab_ids = tf.gather(mix.columns, vocab_ids)  # columns -> vocabulary ids
     ext_ids = tf.cast(mix.ext_ids, tf.int32)
     real = tf.reduce_any(tf.equal(vocab_ids[:, :, None], ext_ids[:, None, :])
                          & mix.first[:, None, :], axis=2)  # [N, P]: in the article
@@ -61,8 +72,12 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     # P_vocab read back from the banned copy: a banned id's -1 marks it banned, and its score
     # is then min(log p, -1e9) whatever p is.
     is_vocab = ext_ids < v
-    at_src = tf.where(is_vocab, tf.gather(banned_probs, tf.minimum(ext_ids, v - 1), batch_dims=1),
-                      0.0)
+    src_col = tf.minimum(ext_ids, v - 1)
+    if mix.position is not None:  # an article's words all have columns (shortlist)
+        src_col = tf.gather(mix.position, src_col)
+        is_vocab &= src_col < c
+        src_col = tf.minimum(src_col, c - 1)
+    at_src = tf.where(is_vocab, tf.gather(banned_probs, src_col, batch_dims=1), 0.0)
     gen = p_gen * tf.maximum(at_src, 0.0)
     src_banned = tf.where(
         is_vocab, at_src < 0,
@@ -77,7 +92,8 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     return merge_rows(row_scores, tf.gather(cand_ids, pos, batch_dims=1), alive_logp, pool)
 
 
-def _softmax_banned_in_place(logits: tf.Tensor, n, rows: tf.Tensor, cols: tf.Tensor):
+def _softmax_banned_in_place(logits: tf.Tensor, n, rows: tf.Tensor, cols: tf.Tensor,
+                             width=None):
     """softmax(logits) float32 [n, V] with the entries (rows[u], cols[u]) at -1, written into
     the softmax's own buffer: a search step's largest tensor, which a scatter would copy
     first (TensorFlow's CPU scatters never reuse their input's buffer). The rows and columns
@@ -91,8 +107,9 @@ def _softmax_banned_in_place(logits: tf.Tensor, n, rows: tf.Tensor, cols: tf.Ten
     writes, so a softmax of the same logits elsewhere (the dense distribution's) would get
     the bans. The softmax therefore depends on the bans' indices: it can only merge with one
     that takes the same bans, whose writes are the same. Past 2**31 entries (the flat index
-    is int32) it refuses with an error."""
-    v = vocab_width(logits)
+    is int32) it refuses with an error. width: V, where the caller knows it without reading
+    the logits (default: vocab_width)."""
+    v = vocab_width(logits) if width is None else width
     flat = rows * v + cols
     entries = tf.cast(n, tf.int64) * tf.cast(v, tf.int64)
     # Strings only: an Assert with other data runs in a cond, and a cond that grappler proves

@@ -45,6 +45,8 @@ class DecodeRequest:
         (explain, TensorBoard samples); p_gen: also return p_gen [B, T] alone (cheaper: no
         attention history is kept); tokens: the batched decode's rows carry their tokens
         (`SummarizerAPI.decode`; the in-graph call returns them always).
+      shortlist: an int overriding decode.shortlist for this call (0: the full vocabulary;
+        pgn_tf.decoding.shortlist); a Python value, as it shapes the graph.
     Hashable when its values are Python values: the compiled calls are kept per request.
     """
 
@@ -56,12 +58,16 @@ class DecodeRequest:
     attention: bool = False
     p_gen: bool = False
     tokens: bool = False
+    shortlist: int | None = None
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"unknown decoding method '{self.method}' ({', '.join(METHODS)})")
         if isinstance(self.beam_size, int) and self.beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
+        if self.shortlist is not None and not (
+                isinstance(self.shortlist, int) and self.shortlist >= 0):
+            raise ValueError(f"shortlist must be an int >= 0, got {self.shortlist!r}")
         if isinstance(self.feature_weights, list):  # a tuple keeps the request hashable
             object.__setattr__(self, "feature_weights", tuple(self.feature_weights))
 
@@ -84,6 +90,10 @@ class Search:
     extras: tuple[str, ...]  # the per-step extras the search returns (attn, p_gen, src_pos)
     replace_unk: bool  # an output [UNK] becomes the most attended source word
     row_buckets: bool = False  # the beam search's batch shrinks to powers of two only
+    # K > 0: the vocabulary layer runs over the batch's shortlist (pgn_tf.decoding.shortlist:
+    # the K most frequent words, the specials and the articles' words); 0: the full vocabulary.
+    # The search itself is unchanged: the caller's step function reads it (Summarizer).
+    shortlist: int = 0
 
     @classmethod
     def from_params(cls, cfg, request: DecodeRequest | None = None,
@@ -111,7 +121,8 @@ class Search:
         if dc.block_repeated_words:
             if words is None:
                 raise ValueError("decode.block_repeated_words needs the vocabulary's words")
-            exempt = tf.constant([w in vocab_lib.SPECIAL_TOKENS or not text.is_word(w)
+            word = text.is_content_word if dc.block_content_words_only else text.is_word
+            exempt = tf.constant([w in vocab_lib.SPECIAL_TOKENS or not word(w)
                                   for w in words], tf.bool)  # [V]
         unk = vocab_lib.UNK_ID if cfg.avoids_unk() else None
         replace_unk = cfg.replaces_unk()
@@ -131,7 +142,8 @@ class Search:
                                     block_trigrams=dc.block_trigrams, repeat_exempt=exempt),
             length_penalty=dc.length_penalty, coverage_penalty=dc.coverage_penalty,
             recombine_window=recombine, extras=tuple(sorted(extras)), replace_unk=replace_unk,
-            row_buckets=dc.jit_step)
+            row_buckets=dc.jit_step,
+            shortlist=dc.shortlist if request.shortlist is None else request.shortlist)
 
     @property
     def hypotheses(self):

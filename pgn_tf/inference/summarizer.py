@@ -18,7 +18,8 @@ from pgn_tf import config as config_lib
 from pgn_tf import text
 from pgn_tf import vocab as vocab_lib
 from pgn_tf.data import dataset
-from pgn_tf.decoding.beam_state import ARTICLE, ONCE, tile_beams
+from pgn_tf.decoding import shortlist as shortlist_lib
+from pgn_tf.decoding.beam_state import ARTICLE, ONCE, SHARED, tile_beams
 from pgn_tf.decoding.search import DecodeRequest, Search
 from pgn_tf.inference.api import SummarizerAPI
 from pgn_tf.inference.batching import Buckets
@@ -158,14 +159,17 @@ class Summarizer(SummarizerAPI, tf.Module):
         feats["enc_tokens"] = tokens
         return feats
 
-    def search_inputs(self, feats: dict, k, mixture: bool = False) -> tuple:
+    def search_inputs(self, feats: dict, k, mixture: bool = False, shortlist: int = 0) -> tuple:
         """(initial state, step_fn) of the search interface for encoded articles `feats`
         (encode_text) with k hypotheses each. The state is {"dec": the decoder's state,
         ARTICLE: the encoder's outputs}, both tiled to [B*k, ...], and ONCE: the encoder's
         outputs the model names in `held_once`, once an article ([B, ...]): the encoder outputs
         travel in the state so that the beam search can drop finished articles from the batch.
         mixture: a pointer model's step returns its distribution in parts (layers.pointer.Mixture,
-        for the beam search alone), the source's copy slots computed here once an article."""
+        for the beam search alone), the source's copy slots computed here once an article.
+        shortlist: K > 0 (decode.shortlist) puts the batch's candidate columns and the
+        vocabulary layer's kernel and bias at them into enc[SHARED], once for the search
+        (pgn_tf.decoding.shortlist); the model's step then runs over them."""
         with lstm_recurrence.forward_only():  # no gradient is taken through a search
             enc, state = self.model.encode(
                 feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
@@ -174,6 +178,9 @@ class Summarizer(SummarizerAPI, tf.Module):
         mixture = mixture and getattr(self.model, "pointer_gen", False)
         if mixture:
             enc["copy_slot"], enc["copy_first"] = copy_slots(enc["ext_ids"], enc["mask"])
+        if shortlist:  # per batch: never tiled nor gathered (SHARED)
+            enc[SHARED] = {**enc.get(SHARED, {}),
+                           shortlist_lib.KEY: self._shortlist(feats["enc_ids"], shortlist)}
         # The model's largest per-article tensors held once an article, not tiled (ONCE)
         once = {key: enc.pop(key) for key in getattr(self.model, "held_once", ())}
         state = {"dec": tile_beams(state, k), ARTICLE: tile_beams(enc, k)}
@@ -187,6 +194,17 @@ class Summarizer(SummarizerAPI, tf.Module):
             return log_probs, {**st, "dec": dec}, extras
 
         return state, step_fn
+
+    def _shortlist(self, enc_ids: tf.Tensor, frequent: int) -> dict:
+        """The batch's shortlist (shortlist_lib.candidates) with the model's vocabulary layer
+        at its columns; a ValueError for a model without one such layer."""
+        project = getattr(self.model, "shortlist_projection", None)
+        if project is None:
+            raise ValueError("decode.shortlist needs model.model_type=pointer_generator (the "
+                             "other models' output layers have no shortlist), or set it to 0")
+        short = shortlist_lib.candidates(enc_ids, self.model.vocab_size, frequent)
+        short["kernel"], short["bias"] = project(short["columns"])
+        return short
 
     def _decode_step(self, mixture: bool) -> Callable:
         """The model's decode_step(ids, step, dec, enc), compiled as one XLA cluster under
@@ -227,7 +245,8 @@ class Summarizer(SummarizerAPI, tf.Module):
         feats = dict(self.encode_text(articles), max_dec_steps=search.max_steps)
         batch = tf.shape(articles)[0]
         src_len = tf.shape(feats["enc_ids"])[1]
-        state, step_fn = self.search_inputs(feats, search.hypotheses, mixture=search.mixture)
+        state, step_fn = self.search_inputs(feats, search.hypotheses, mixture=search.mixture,
+                                            shortlist=search.shortlist)
         source_ids = None
         if search.rescores:  # Rush et al.'s ABS+ features / extractive decoding
             source_ids = tf.where(tf.sequence_mask(feats["enc_len"], src_len),

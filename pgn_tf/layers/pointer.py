@@ -18,6 +18,7 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
+from pgn_tf.decoding import shortlist
 from pgn_tf.ops import bincount_grad  # noqa: F401  (registers DenseBincount's gradient)
 from pgn_tf.ops.log_softmax_at import log_softmax_at
 from pgn_tf.vocab import first_positions
@@ -101,7 +102,10 @@ class Mixture(NamedTuple):
     and so owns the [N, V] buffer, which the beam search then edits in place); p_gen float32
     [N]; attn float32 [N, L]; ext_ids int32 [N, L] (extended ids of the source positions);
     slot int32 [N, L] and first bool [N, L] (`copy_slots`); width int32 scalar: V + the OOV
-    slots (the dense distribution's width).
+    slots (the dense distribution's width). With a vocabulary shortlist
+    (pgn_tf.decoding.shortlist) the logits cover its C candidate columns only, [N, C]:
+    columns int32 [C] holds the vocabulary id of each column and position int32 [V] each id's
+    column (C: none); both None without one (column j is id j).
     """
 
     logits: tf.Tensor
@@ -111,6 +115,8 @@ class Mixture(NamedTuple):
     slot: tf.Tensor
     first: tf.Tensor
     width: tf.Tensor
+    columns: tf.Tensor | None = None
+    position: tf.Tensor | None = None
 
 
 def vocab_width(x: tf.Tensor):
@@ -119,6 +125,22 @@ def vocab_width(x: tf.Tensor):
     which the decoding step would otherwise reuse: pgn_tf.decoding.mixture)."""
     width = x.shape[-1]
     return tf.constant(width, tf.int32) if width is not None else tf.shape(x)[-1]
+
+
+def mixture_columns(mix: Mixture):
+    """The columns of a Mixture's logits: V, or a shortlist's C (its `columns`' static size
+    where the graph knows it: no op then reads the logits, vocab_width)."""
+    if mix.columns is None:
+        return vocab_width(mix.logits)
+    size = mix.columns.shape[0]
+    return tf.constant(size, tf.int32) if size is not None else tf.size(mix.columns)
+
+
+def mixture_vocab(mix: Mixture):
+    """V, the vocabulary a Mixture's columns are drawn from (its `position`'s static size)."""
+    if mix.position is None:
+        return vocab_width(mix.logits)
+    return vocab_width(mix.position[None, :])
 
 
 def copy_slots(ext_ids: tf.Tensor, mask: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -135,8 +157,11 @@ def dense_distribution(mix: Mixture) -> tf.Tensor:
     """log P over the whole extended vocabulary, float32 [N, W]: the dense form of a Mixture,
     as a pointer model's step returns it without `mixture` (for greedy search, sampling and
     the rescoring features, which read every column)."""
-    probs = final_distribution(tf.nn.softmax(mix.logits), mix.attn, mix.p_gen[:, None],
-                               mix.ext_ids, mix.width - vocab_width(mix.logits))
+    vocab_dist = tf.nn.softmax(mix.logits)
+    if mix.position is not None:  # a shortlist's columns: the other words have probability 0
+        vocab_dist = shortlist.to_vocab(vocab_dist, mix.position)
+    probs = final_distribution(vocab_dist, mix.attn, mix.p_gen[:, None], mix.ext_ids,
+                               mix.width - mixture_vocab(mix))
     return tf.math.log(tf.maximum(probs, 1e-30))
 
 

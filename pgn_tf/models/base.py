@@ -15,6 +15,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from pgn_tf.decoding import shortlist
 from pgn_tf.layers.pointer import Mixture, copy_slots, target_log_prob, vocab_width
 from pgn_tf.vocab import UNK_ID
 
@@ -38,14 +39,22 @@ class SummarizationModel(keras.Model):
     def mixture(logits, p_gen, attn, enc) -> Mixture:
         """eq. 9's parts for the beam search (layers.pointer.Mixture): P_vocab's logits
         float32 [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the
-        search's inputs compute them once an article: "copy_slot", "copy_first"), or here."""
+        search's inputs compute them once an article: "copy_slot", "copy_first"), or here.
+        With a shortlist in `enc` (pgn_tf.decoding.shortlist) the logits are its [N, C]
+        columns' and the Mixture carries its id maps."""
         if "copy_slot" in enc:
             slot, first = enc["copy_slot"], enc["copy_first"]
         else:
             slot, first = copy_slots(enc["ext_ids"], enc["mask"])
+        short = enc.get(SHARED, {}).get(shortlist.KEY)
+        columns = position = None
+        vocab = vocab_width(logits)
+        if short is not None:
+            columns, position = short["columns"], short["position"]
+            vocab = vocab_width(position[None, :])
         return Mixture(logits=logits, p_gen=p_gen, attn=tf.cast(attn, tf.float32),
                        ext_ids=enc["ext_ids"], slot=slot, first=first,
-                       width=vocab_width(logits) + enc["max_oovs"])
+                       width=vocab + enc["max_oovs"], columns=columns, position=position)
 
     @staticmethod
     def copy_inputs(enc_ids, enc_ext_ids=None, num_oovs=None) -> dict:

@@ -15,14 +15,20 @@ Interface for the search (the one every search is written against, docs/design.m
 
 from __future__ import annotations
 
+import math
+
 import keras
 import tensorflow as tf
 
+from pgn_tf.decoding import shortlist
 from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
 from pgn_tf.layers.pointer import final_distribution, mix_copy, vocab_log_prob
-from pgn_tf.models.base import SummarizationModel
+from pgn_tf.models.base import SHARED, SummarizationModel
 from pgn_tf.ops import resolve_rnn_impl
+
+_FLOOR = 1e-30  # the smallest probability a step's log takes (no log 0)
+_LOG_FLOOR = math.log(_FLOOR)
 
 
 @keras.saving.register_keras_serializable(package="pgn_tf")
@@ -176,26 +182,48 @@ class PointerGenerator(SummarizationModel):
         comes as its parts, a layers.pointer.Mixture, for the beam search to score only
         the tokens that can win. per_article: enc's `held_once` tensors hold each article
         once for its K consecutive rows (AttentionDecoderCell.call). `step` is unused here
-        (kept for the interface)."""
+        (kept for the interface). A shortlist in enc[SHARED] (decode.shortlist,
+        pgn_tf.decoding.shortlist) runs the vocabulary layer over its C columns only, with the
+        kernel and bias `shortlist_projection` gathered once a batch: the logits are [N, C],
+        and a dense distribution gives every word outside the shortlist probability 0."""
         del step
         output, state, extras = self.cell(self.embed_ids(ids), state, enc,
                                           per_article=per_article)
-        logits = tf.cast(self.vocab_proj(output), tf.float32)  # [N, V]
+        short = enc.get(SHARED, {}).get(shortlist.KEY)
+        if short is None:
+            logits = tf.cast(self.vocab_proj(output), tf.float32)  # [N, V]
+        else:
+            logits = tf.cast(tf.matmul(output, short["kernel"]) + short["bias"],
+                             tf.float32)  # [N, C]
         p_gen = tf.sigmoid(tf.cast(extras["p_gen_logit"], tf.float32))
         extras = {"attn": extras["attn"], "p_gen": p_gen}
         if not self.pointer_gen:
-            return tf.nn.log_softmax(logits), state, extras
+            log_probs = tf.nn.log_softmax(logits)
+            if short is not None:  # log 0 floored as the pointer's distribution is
+                log_probs = shortlist.to_vocab(log_probs, short["position"], _LOG_FLOOR)
+            return log_probs, state, extras
         if mixture:
             return self.mixture(logits, p_gen, extras["attn"], enc), state, extras
+        vocab_dist = tf.nn.softmax(logits)
+        if short is not None:
+            vocab_dist = shortlist.to_vocab(vocab_dist, short["position"])  # [N, V]
         probs = final_distribution(
-            tf.nn.softmax(logits),
+            vocab_dist,
             tf.cast(extras["attn"], tf.float32),
             p_gen[:, None],
             enc["ext_ids"],
             enc["max_oovs"],
             fused=self.rnn_impl == "fused",
         )  # [N, V + max_oovs]
-        return tf.math.log(tf.maximum(probs, 1e-30)), state, extras
+        return tf.math.log(tf.maximum(probs, _FLOOR)), state, extras
+
+    def shortlist_projection(self, columns):
+        """The vocabulary layer's kernel [H, C] and bias [C] at the vocabulary ids `columns`
+        int32 [C] (a batch's shortlist, pgn_tf.decoding.shortlist), in its compute dtype:
+        gathered once for a whole search, not once a step."""
+        dtype = self.vocab_proj.compute_dtype
+        return (tf.cast(tf.gather(self.vocab_proj.kernel, columns, axis=1), dtype),
+                tf.cast(tf.gather(self.vocab_proj.bias, columns), dtype))
 
     # -- teacher forcing ------------------------------------------------------------------------
 

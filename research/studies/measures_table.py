@@ -3,7 +3,8 @@ outputs repeating a content word, novel words and fluency, recomputed from the d
 study committed, so that measures added after a study ran reach its arms without rerunning it.
 
     python -m research.studies.measures_table --results research/results/rl_control_2026-11-28 \
-        --data_dir DATA_DIR [--compare mixed:control,rl:control] [--out_name measures]
+        --data_dir DATA_DIR [--compare mixed:control,rl:control] [--out_name measures] \
+        [--arm NAME=OTHER_STUDY/decoded_ARM.jsonl.gz]
 
 --results holds decoded_<arm>.jsonl.gz files (the rows of `pgn_tf.evaluate`, with ids); DATA_DIR
 holds the corpus' train and validation splits: the validation articles (matched by id) give
@@ -50,10 +51,11 @@ def arm_files(results: str) -> dict[str, str]:
 
 
 def measures_table(results: str, data_dir: str, compare: tuple[str, ...] = DEFAULT_COMPARE,
-                   samples: int = 10_000) -> dict:
+                   samples: int = 10_000, extra: dict[str, str] | None = None) -> dict:
     """Per arm every measure's mean (fluency as the set's perplexity), the references' own,
-    and each comparison's paired tests."""
-    files = arm_files(results)
+    and each comparison's paired tests. extra: more arms (name -> decoded file), such as
+    another study's arms scored on the same pairs."""
+    files = {**arm_files(results), **(extra or {})}
     if not files:
         raise FileNotFoundError(f"no decoded_<arm>.jsonl.gz in {results}")
     cfg = config_lib.Config().data
@@ -170,10 +172,11 @@ def present(compare: tuple[str, ...], results: str) -> tuple[str, ...]:
 
 
 def write_table(results: str, data_dir: str, compare: tuple[str, ...] = DEFAULT_COMPARE,
-                samples: int = 10_000, out_name: str = "measures") -> dict:
+                samples: int = 10_000, out_name: str = "measures",
+                extra: dict[str, str] | None = None) -> dict:
     """measures_table, written as <results>/<out_name>.json (with the code and the CPU) and
     .md; returns the table."""
-    table = measures_table(results, data_dir, compare, samples)
+    table = measures_table(results, data_dir, compare, samples, extra)
     table.update(code=code_version(), cpu=cpu_flags())
     with open(os.path.join(results, out_name + ".json"), "w") as f:
         json.dump(table, f, indent=1)
@@ -189,9 +192,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--compare", default=",".join(DEFAULT_COMPARE))
     p.add_argument("--samples", type=int, default=10_000)
     p.add_argument("--out_name", default="measures")
+    p.add_argument("--arm", action="append", default=[], metavar="NAME=PATH",
+                   help="one more arm: a decoded file of the same pairs from elsewhere")
     a = p.parse_args(argv)
+    extra = dict(x.split("=", 1) for x in a.arm)
     table = write_table(a.results, a.data_dir, tuple(a.compare.split(",")), a.samples,
-                        a.out_name)
+                        a.out_name, extra)
     print(render(table))
     emit("measures_table", {"examples": table["examples"], "arms": len(table["arms"])})
 

@@ -12,9 +12,9 @@ from pgn_tf.decoding.beam_state import ARTICLE, ONCE, tile_beams
 from pgn_tf.decoding.candidates import top_candidates
 from pgn_tf.decoding.compaction import next_power_of_two
 from pgn_tf.decoding.constraints import NEG_INF, Constraints
-from pgn_tf.decoding.mixture import mixture_candidates
 from pgn_tf.decoding.ranking import gnmt_coverage_penalty
 from pgn_tf.layers.pointer import Mixture, copy_slots, dense_distribution
+from tests.decoding.mixture_check import assert_candidates_match_dense
 from tests.decoding.see_reference import see_beam_search
 
 W, STOP, START = 4, 3, 0  # tokens 0, 1, 2 and [STOP]; [START] reuses id 0 as the first input
@@ -547,15 +547,9 @@ def test_mixture_candidates_equal_the_dense_distribution(seed, bans):
     alive = rng.normal(size=(b, beam)).astype("float32")
     alive[2, 2:] = NEG_INF  # dead beams
     constraints = Constraints(STOP, **kw)
-    dense = constraints.apply(dense_distribution(mix), tf.constant(seq), step)
-    want = top_candidates(dense, tf.constant(alive), 2 * beam)
-    got = mixture_candidates(mix, constraints, tf.constant(seq), step, tf.constant(alive),
-                             2 * beam)
-    np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-5)
-    valid = want[0].numpy() > NEG_INF / 2
+    got, valid, dense = assert_candidates_match_dense(mix, constraints, seq, step, alive,
+                                                      2 * beam)
     assert valid.sum() > b  # something is allowed
-    for g, w in zip(got[1:], want[1:]):
-        np.testing.assert_array_equal(g.numpy()[valid], w.numpy()[valid])
     if bans == "all":  # every banned token stays out of the valid candidates
         dense_np = dense.numpy()
         rows = got[1].numpy() + np.arange(b)[:, None] * beam
@@ -614,3 +608,18 @@ def test_beam_search_on_a_mixture_equals_it_on_the_dense_distribution(beam, cons
         np.testing.assert_array_equal(out[False][k], out[True][k])
     np.testing.assert_allclose(out[False]["score"], out[True]["score"], rtol=1e-5)
     assert (out[True]["ids"] >= vocab).any() or constraints  # some copies of OOVs
+
+
+@pytest.mark.parametrize("content_only", [False, True])
+def test_the_repeated_word_block_exempts_function_words_only_when_asked(content_only):
+    """decode.block_content_words_only: "for" may repeat, "game" may not; punctuation and the
+    special tokens are exempt either way."""
+    from pgn_tf import config as config_lib
+    from pgn_tf.decoding.search import Search
+
+    cfg = config_lib.Config()
+    cfg.decode.block_repeated_words = True
+    cfg.decode.block_content_words_only = content_only
+    words = ["[PAD]", "[UNK]", "[START]", "[STOP]", "game", "for", "the", ",", "2048"]
+    exempt = Search.from_params(cfg, words=words).constraints.repeat_exempt.numpy().tolist()
+    assert exempt == [True] * 4 + [False, content_only, content_only, True, False]

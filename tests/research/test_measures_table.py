@@ -48,5 +48,11 @@ def test_measures_of_kept_outputs(tmp_path):
     assert table["references"]["repeat_content_word"] == 12.5  # 1 of 8
     text = measures_table.render(table)
     assert "| ML+RL (mixed) vs ML control |" in text and "+50.00 (p 0.0625)" in text
+    # an arm of another study, scored on the same pairs, joins by --arm NAME=PATH
+    other = tmp_path / "other.jsonl.gz"
+    _gz(other, mixed)
+    again = measures_table.measures_table(str(results), str(data), ("elsewhere:control",), 500,
+                                          extra={"elsewhere": str(other)})
+    assert again["arms"]["elsewhere"] == table["arms"]["mixed"]
     with pytest.raises(KeyError, match="arms present"):
         measures_table.measures_table(str(results), str(data), ("rl:control",), 100)
