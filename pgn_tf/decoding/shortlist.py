@@ -29,9 +29,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from pgn_tf.layers.pointer import SHORTLIST_KEY as KEY
+from pgn_tf.layers.pointer import shortlist_to_vocab as to_vocab
 from pgn_tf.vocab import SPECIAL_TOKENS
 
-KEY = "shortlist"  # the entry of a search state's SHARED dict (beam_state.SHARED) holding it
+__all__ = ["KEY", "candidate_columns", "candidates", "positions", "to_vocab"]
+
 COLUMN_MULTIPLE = 128  # the candidate columns are padded up to a multiple of this
 
 
@@ -65,10 +68,3 @@ def candidates(enc_ids: tf.Tensor, vocab_size: int, frequent: int) -> dict:
     once for the whole search."""
     columns = candidate_columns(enc_ids, vocab_size, frequent)
     return {"columns": columns, "position": positions(columns, vocab_size)}
-
-
-def to_vocab(x: tf.Tensor, position: tf.Tensor, fill: float = 0.0) -> tf.Tensor:
-    """x float [N, C] over the candidate columns -> [N, V] over the vocabulary, `fill` for a
-    word without a column (0 for a probability; a log-probability's floor for log-probs)."""
-    padded = tf.pad(x, [[0, 0], [0, 1]], constant_values=fill)  # column C: a word without one
-    return tf.gather(padded, position, axis=1)

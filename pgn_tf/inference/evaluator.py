@@ -396,13 +396,15 @@ def evaluate(source: Source, data: str, *, data_format: str | None = None,
     scoring = {"bootstrap": bootstrap, "rouge_recall_bytes": rouge_recall_bytes}
     if isinstance(source, (BaselineSource, DecodedFileSource)):
         cfg = source.config()
-        scoring["lm"] = reference_lm(fluency_data, cfg.data)
+        scoring["lm"] = fit_reference_lm(read_split(fluency_data, None, None), cfg.data) \
+            if fluency_data else None
         evalset = EvalSet.prepare(read_split(data, data_format, limit), cfg.data)
         result = score_summaries(source.summaries(evalset, cfg.data), evalset,
                                  cfg.data.max_enc_steps, system=source.system, **scoring)
     elif isinstance(source, (ModelDirSource, ExportSource)):
         summarizer = source.summarizer()
-        scoring["lm"] = reference_lm(fluency_data, summarizer.cfg.data)
+        scoring["lm"] = fit_reference_lm(read_split(fluency_data, None, None),
+                                         summarizer.cfg.data) if fluency_data else None
         examples = read_split(data, data_format, limit)
         evalset = EvalSet.prepare(examples, summarizer.cfg.data)
         result = decode_and_score(summarizer, evalset, source.request(),
@@ -416,12 +418,6 @@ def evaluate(source: Source, data: str, *, data_format: str | None = None,
                         f"DecodedFileSource, not {type(source).__name__}")
     write_evaluation(result, evalset, output_dir or default_output_dir(source, data))
     return result
-
-
-def reference_lm(path: str | None, data: config_lib.DataConfig) -> fluency.KneserNeyLM | None:
-    """The fluency model of the split at path (None: none), its references tokenized as data
-    says."""
-    return fit_reference_lm(read_split(path, None, None), data) if path else None
 
 
 def default_output_dir(source: Source, data: str) -> str | None:

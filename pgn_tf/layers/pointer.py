@@ -18,7 +18,6 @@ from typing import NamedTuple
 import keras
 import tensorflow as tf
 
-from pgn_tf.decoding import shortlist
 from pgn_tf.ops import bincount_grad  # noqa: F401  (registers DenseBincount's gradient)
 from pgn_tf.ops.log_softmax_at import log_softmax_at
 from pgn_tf.vocab import first_positions
@@ -119,6 +118,19 @@ class Mixture(NamedTuple):
     position: tf.Tensor | None = None
 
 
+# The entry of a search state's SHARED dict holding a batch's vocabulary shortlist
+# (pgn_tf.decoding.shortlist builds it; the models' steps read it).
+SHORTLIST_KEY = "shortlist"
+
+
+def shortlist_to_vocab(x: tf.Tensor, position: tf.Tensor, fill: float = 0.0) -> tf.Tensor:
+    """x float [N, C] over a shortlist's candidate columns -> [N, V] over the vocabulary
+    (position int32 [V]: each id's column, C where it has none), `fill` for a word without a
+    column (0 for a probability; a log-probability's floor for log-probs)."""
+    padded = tf.pad(x, [[0, 0], [0, 1]], constant_values=fill)  # column C: a word without one
+    return tf.gather(padded, position, axis=1)
+
+
 def vocab_width(x: tf.Tensor):
     """V, the width of P_vocab or its logits x [N, V]: the static width where the graph knows
     it (the output layer's units), so that no op reads x for it (a reader holds x's buffer,
@@ -159,7 +171,7 @@ def dense_distribution(mix: Mixture) -> tf.Tensor:
     the rescoring features, which read every column)."""
     vocab_dist = tf.nn.softmax(mix.logits)
     if mix.position is not None:  # a shortlist's columns: the other words have probability 0
-        vocab_dist = shortlist.to_vocab(vocab_dist, mix.position)
+        vocab_dist = shortlist_to_vocab(vocab_dist, mix.position)
     probs = final_distribution(vocab_dist, mix.attn, mix.p_gen[:, None], mix.ext_ids,
                                mix.width - mixture_vocab(mix))
     return tf.math.log(tf.maximum(probs, 1e-30))

@@ -15,8 +15,13 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from pgn_tf.decoding import shortlist
-from pgn_tf.layers.pointer import Mixture, copy_slots, target_log_prob, vocab_width
+from pgn_tf.layers.pointer import (
+    SHORTLIST_KEY,
+    Mixture,
+    copy_slots,
+    target_log_prob,
+    vocab_width,
+)
 from pgn_tf.vocab import UNK_ID
 
 SHARED = "shared"  # an `enc` key whose tensors are per batch, not per hypothesis (never tiled)
@@ -46,7 +51,7 @@ class SummarizationModel(keras.Model):
             slot, first = enc["copy_slot"], enc["copy_first"]
         else:
             slot, first = copy_slots(enc["ext_ids"], enc["mask"])
-        short = enc.get(SHARED, {}).get(shortlist.KEY)
+        short = enc.get(SHARED, {}).get(SHORTLIST_KEY)
         columns = position = None
         vocab = vocab_width(logits)
         if short is not None:

@@ -20,10 +20,15 @@ import math
 import keras
 import tensorflow as tf
 
-from pgn_tf.decoding import shortlist
 from pgn_tf.layers.decoder import AttentionDecoderCell
 from pgn_tf.layers.encoder import BiLSTMEncoder
-from pgn_tf.layers.pointer import final_distribution, mix_copy, vocab_log_prob
+from pgn_tf.layers.pointer import (
+    SHORTLIST_KEY,
+    final_distribution,
+    mix_copy,
+    shortlist_to_vocab,
+    vocab_log_prob,
+)
 from pgn_tf.models.base import SHARED, SummarizationModel
 from pgn_tf.ops import resolve_rnn_impl
 
@@ -189,7 +194,7 @@ class PointerGenerator(SummarizationModel):
         del step
         output, state, extras = self.cell(self.embed_ids(ids), state, enc,
                                           per_article=per_article)
-        short = enc.get(SHARED, {}).get(shortlist.KEY)
+        short = enc.get(SHARED, {}).get(SHORTLIST_KEY)
         if short is None:
             logits = tf.cast(self.vocab_proj(output), tf.float32)  # [N, V]
         else:
@@ -200,13 +205,13 @@ class PointerGenerator(SummarizationModel):
         if not self.pointer_gen:
             log_probs = tf.nn.log_softmax(logits)
             if short is not None:  # log 0 floored as the pointer's distribution is
-                log_probs = shortlist.to_vocab(log_probs, short["position"], _LOG_FLOOR)
+                log_probs = shortlist_to_vocab(log_probs, short["position"], _LOG_FLOOR)
             return log_probs, state, extras
         if mixture:
             return self.mixture(logits, p_gen, extras["attn"], enc), state, extras
         vocab_dist = tf.nn.softmax(logits)
         if short is not None:
-            vocab_dist = shortlist.to_vocab(vocab_dist, short["position"])  # [N, V]
+            vocab_dist = shortlist_to_vocab(vocab_dist, short["position"])  # [N, V]
         probs = final_distribution(
             vocab_dist,
             tf.cast(extras["attn"], tf.float32),
