@@ -6,7 +6,9 @@ and this project's on the same corpus in one run, printed as one table of ratios
         [--config reference_onmt] [--set SECTION.KEY=VALUE ...] [--work_dir runs/compare_peer] \
         [--steps 150] [--warmup 20] [--decode_train_steps 1500] [--forced_length N] \
         [--matmul_peak] [--cpu native|avx2] \
-        [--variant NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...] ...] [--skip_peer | --skip_ours]
+        [--variant NAME:SECTION.KEY=VALUE[,SECTION.KEY=VALUE...] ...]
+        [--decode_variant NAME:decode.KEY=VALUE[,...] ...] [--decode_rounds 3]
+        [--skip_peer | --skip_ours]
 
 PEER is the directory holding the reference system's bench.sh, setup_onmt.sh, onmt-ref.yaml and
 README.md. `PEER/bench.sh PEER_WORK both` runs first (the first run is the long one: its virtual
@@ -35,6 +37,14 @@ plus the variant's, in the same run after the default's: e.g. `--variant
 xla:train.jit_compile=true`. Its row gives its source tokens/s, its ratio to the reference and its
 ratio to this project's default, which is how a speed switch is kept or dropped. Variants are
 timed for training only (decoding is timed on the default's model).
+
+--decode_variant (repeatable; decode.* keys only) decodes the same articles with the same model
+and request under the variant's decoding settings, e.g. `--decode_variant
+shortlist:decode.shortlist=2000`. The default and the variants decode in one child process,
+interleaved over --decode_rounds rounds (each warmed up once first), and each figure is its
+median round, so a noisy minute falls on every arm alike. A variant's row gives its
+articles/s, its ratios to the reference and to this project's default, and the share of
+articles whose summary is the default's, token for token.
 
 --corpus digests runs both systems at See et al.'s lengths on the Debian digests (DATA holds
 them): the peer's bench.sh with PEER_CORPUS=digests (article 400 tokens, summary 100, vocab 50k,
@@ -82,14 +92,10 @@ lower is faster), the CPU's vector flags, the date, then one JSON line. A benchm
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import datetime
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 
 import tensorflow as tf
 
@@ -101,6 +107,12 @@ from benchmarks.common import (
     refuse_emulated_bf16,
     result_line,
 )
+from benchmarks.compare_decoding import (
+    DEFAULT_ARM,
+    check_decode_model,
+    decode_model,
+    decoding_in_child,
+)
 from benchmarks.peer import (
     BATCH,
     BEAM,
@@ -109,17 +121,18 @@ from benchmarks.peer import (
     peer_forced_decoding,
     peer_variant,
     run_peer,
-    tail,
 )
-from benchmarks.peer_table import ratios, table, variant_table, with_token_rate
+from benchmarks.peer_table import (
+    decode_variant_table,
+    ratios,
+    table,
+    variant_table,
+    with_token_rate,
+)
 from pgn_tf import config as config_lib
 from pgn_tf.data import dataset
-from pgn_tf.decoding.search import DecodeRequest
-from pgn_tf.inference.evaluator import decode_split
-from pgn_tf.inference.summarizer import Summarizer
 from pgn_tf.model_dir import ModelDir
 from pgn_tf.utils import onednn, procfs, work_dirs
-from pgn_tf.utils.child_process import run_python
 from pgn_tf.utils.errors import UserError, run_cli
 
 # Per corpus: this project's preset at the peer's sizes, the decoded tokens' limit, and what
@@ -166,108 +179,19 @@ def our_training(cfg: config_lib.Config, files: list[str], steps: int, warmup: i
     return result
 
 
-def check_decode_model(cfg_name: str, cfg: config_lib.Config, model_dir: str,
-                       steps: int) -> str | None:
-    """The kept decoding model's checkpoint at `steps`, or None when it has to be trained (or
-    continued) to it; UserError when the kept model is of another configuration or longer
-    trained."""
-    mdir = ModelDir(model_dir)
-    if mdir.has_config():
-        kept = mdir.read_config()
-        if (kept.model, kept.data) != (cfg.model, cfg.data):
-            raise UserError(f"{model_dir} holds a model of another configuration than "
-                            f"--config {cfg_name} with these --set values; give another "
-                            f"--work_dir or delete it")
-    latest = mdir.latest_checkpoint()
-    done = int(latest.rsplit("-", 1)[1]) if latest else 0
-    if done > steps:
-        raise UserError(f"{model_dir} holds a model trained {done} steps, more than "
-                        f"--decode_train_steps {steps}; give another --work_dir or delete it")
-    return latest if done == steps else None
-
-
-def decode_model(cfg_name: str, overrides: list[str], cfg: config_lib.Config, train_data: str,
-                 model_dir: str, steps: int) -> str:
-    """<model_dir> trained `steps` steps (no validation, as the peer trains), reused when its
-    latest checkpoint is at that step, continued when it is before; returns that checkpoint."""
-    kept = check_decode_model(cfg_name, cfg, model_dir, steps)
-    if kept:
-        print(f"== pgn_tf decoding model: reusing {kept}", flush=True)
-        return kept
-    log = os.path.join(os.path.dirname(os.path.abspath(model_dir)), "decode_model_train.log")
-    print(f"== pgn_tf decoding model: training {steps} steps in {model_dir} (log: {log})",
-          flush=True)
-    sets = [*overrides, f"train.max_steps={steps}", "train.max_minutes=0"]
+def parse_decode_variant(text: str) -> tuple[str, list[str]]:
+    """--decode_variant's "NAME:decode.KEY=VALUE[,...]" -> (NAME, the overrides); UserError
+    for another form or a key outside decode.* (the decoding model is the default's)."""
     try:
-        run_python(["-m", "pgn_tf.train", "--config", cfg_name, "--train_data", train_data,
-                    "--model_dir", model_dir, "--quiet", *sum((["--set", s] for s in sets), [])],
-                   log)
-    except RuntimeError as e:
-        raise UserError(str(e)) from None
-    return ModelDir(model_dir).latest_checkpoint()
-
-
-def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: str,
-                 max_tokens: int, min_tokens: int | None = None) -> dict:
-    """Beam-BEAM decoding of every article of `data` in batches of BATCH, at most max_tokens
-    tokens (at least min_tokens: the preset's minimum when None), by `checkpoint` of
-    model_dir; the decode section otherwise from cfg (the module docstring says what is
-    timed)."""
-    examples = dataset.read_split(data, None, None)
-    loaded = Summarizer.from_model_dir(model_dir, checkpoint)
-    # the preset's decode section (its constraints, penalties); beam and lengths per request
-    decode_cfg = dataclasses.replace(cfg.decode, batch_size=BATCH)
-    summarizer = Summarizer(loaded.model, loaded.vocab,
-                            dataclasses.replace(loaded.cfg, decode=decode_cfg).validate())
-    min_steps = min(cfg.decode.min_dec_steps if min_tokens is None else min_tokens, max_tokens)
-    request = DecodeRequest(beam_size=BEAM, max_steps=max_tokens, min_steps=min_steps)
-    print(f"== pgn_tf decoding: {len(examples)} articles, beam {BEAM}, batch {BATCH}, "
-          f"{min_steps}-{max_tokens} tokens", flush=True)
-    # The warm-up batch traces the same compiled call (same request, batch BATCH) as the timed.
-    warmup = decode_split(summarizer, examples[:BATCH], batch_size=BATCH, request=request).seconds
-    cpu0 = time.process_time()
-    out = decode_split(summarizer, examples, batch_size=BATCH, request=request)
-    tokens, seconds = out.tokens, out.seconds
-    cpu = time.process_time() - cpu0
-    return {
-        "articles": len(examples), "seconds": round(seconds, 2),
-        "articles_per_sec": round(len(examples) / seconds, 2),
-        "cpu_ms_per_article": round(1000 * cpu / len(examples), 2),
-        "mean_tokens": round(sum(len(t) for t in tokens) / len(tokens), 2),
-        "warmup_seconds": round(warmup, 2), "min_dec_steps": min_steps,
-        "max_tokens": max_tokens, "peak_rss_mib": procfs.peak_mib(),
-    }
-
-
-# The line a decoding child prints its figures on (decoding_in_child).
-CHILD_RESULT = "compare_peer decoding result: "
-
-
-def decoding_in_child(job: dict) -> dict:
-    """our_decoding in a fresh process (`python -m benchmarks.compare_peer --decoding_job
-    JSON`, from the repository's root), so that its
-    peak RSS is decoding's alone; job: config, set, model_dir, checkpoint, data, max_tokens,
-    min_tokens (None: the preset's)."""
-    print("== pgn_tf decoding, in a child process (its own peak RSS)", flush=True)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.compare_peer", "--decoding_job",
-                           json.dumps(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
-    found = [line for line in proc.stdout.splitlines() if line.startswith(CHILD_RESULT)]
-    if proc.returncode or not found:
-        raise UserError(f"the decoding child failed (status {proc.returncode}); the last lines "
-                        f"of its output:\n{tail(proc.stdout)}")
-    return json.loads(found[-1][len(CHILD_RESULT):])
-
-
-def run_decoding_job(text: str) -> dict:
-    """The child's side of decoding_in_child: decodes, prints its figures on one line."""
-    job = json.loads(text)
-    cfg = config_lib.resolve(job["config"], job["set"])
-    result = our_decoding(cfg, job["model_dir"], job["checkpoint"], job["data"],
-                          job["max_tokens"], job.get("min_tokens"))
-    print(CHILD_RESULT + json.dumps(result), flush=True)
-    return result
+        name, overrides = parse_variant(text)
+    except UserError:
+        raise UserError(f"--decode_variant {text!r}: expected NAME:decode.KEY=VALUE[,...], "
+                        f"e.g. shortlist:decode.shortlist=2000") from None
+    bad = [x for x in overrides if not x.startswith("decode.")]
+    if bad:
+        raise UserError(f"--decode_variant {text!r}: {', '.join(bad)} is not a decode.* "
+                        f"setting (the variants decode with the default's model)")
+    return name, overrides
 
 
 def ours(a, cfg: config_lib.Config, variants: list) -> dict:
@@ -287,7 +211,8 @@ def ours(a, cfg: config_lib.Config, variants: list) -> dict:
         "config": a.config, "set": a.set, "model_dir": model_dir, "checkpoint": checkpoint,
         "data": os.path.join(a.data_dir, "validation.jsonl.gz"),
         "max_tokens": a.max_tokens,
-        "min_tokens": a.forced_length})
+        "min_tokens": a.forced_length,
+        "decode_variants": dict(a.decode_variants), "rounds": a.decode_rounds})
     figures = {
         "train_src_tokens_per_sec": training["src_tokens_per_sec"],
         "train_examples_per_sec": training["examples_per_sec"],
@@ -325,6 +250,16 @@ def run(a) -> dict:
             refuse_emulated_bf16(a.cpu, variants[-1][2].train.mixed_precision, "--variant")
         except ValueError as e:
             raise UserError(f"--variant {text}: {e}") from None
+    a.decode_variants = []
+    for text in a.decode_variant:
+        name, overrides = parse_decode_variant(text)
+        if name in [DEFAULT_ARM, *(v[0] for v in a.decode_variants)]:
+            raise UserError(f"--decode_variant {text}: the name {name!r} is taken")
+        try:
+            config_lib.resolve(a.config, [*a.set, *overrides])
+        except ValueError as e:
+            raise UserError(f"--decode_variant {text}: {e}") from None
+        a.decode_variants.append((name, overrides))
     if not a.skip_peer and not os.path.isfile(os.path.join(a.peer_dir, "bench.sh")):
         raise UserError(f"--peer_dir {a.peer_dir} holds no bench.sh")
     if a.peer_set and not a.skip_peer:  # the reference with these yaml settings, from a copy
@@ -359,6 +294,8 @@ def run(a) -> dict:
               f"({t['matmul_peak_gflops']} GFLOP/s)")
     if mine.get("variants"):
         print(variant_table(mine["variants"], mine["training"], peer))
+    if mine.get("decoding", {}).get("variants"):
+        print(decode_variant_table(mine["decoding"], peer))
     n_ours, n_peer = mine.get("decoding", {}).get("articles"), peer.get("decode_articles")
     if n_ours and n_peer and n_ours != n_peer:
         print(f"note: the reference decoded {n_peer} articles, pgn_tf {n_ours}: not the same "
@@ -409,13 +346,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--variant", action="append", default=[],
                    metavar="NAME:SECTION.KEY=VALUE[,...]",
                    help="one more training measurement with these overrides (repeatable)")
+    p.add_argument("--decode_variant", action="append", default=[],
+                   metavar="NAME:decode.KEY=VALUE[,...]",
+                   help="one more decoding of the default's model with these decode.* "
+                        "overrides, interleaved with the default's (repeatable)")
+    p.add_argument("--decode_rounds", type=int, default=1,
+                   help="rounds of the interleaved decodings; each figure is the median")
     p.add_argument("--peer_set", action="append", default=[], metavar="KEY=VALUE",
                    help="run the reference with this onmt-ref.yaml setting (repeatable; e.g. "
                         "share_embeddings=true: one embedding table, as this project's)")
     add_cpu_flag(p)
     p.add_argument("--skip_peer", action="store_true", help="only this project's half")
     p.add_argument("--skip_ours", action="store_true", help="only the reference's half")
-    p.add_argument("--decoding_job", help=argparse.SUPPRESS)  # decoding_in_child's child
     return p
 
 
@@ -423,14 +365,14 @@ def main(argv: list[str] | None = None) -> int:
     p = build_parser()
     a = p.parse_args(argv)
     emulate_cpu(a.cpu, "benchmarks.compare_peer", sys.argv[1:] if argv is None else argv)
-    if a.decoding_job:
-        return run_cli("compare_peer", run_decoding_job, a.decoding_job)
     if a.skip_peer and a.skip_ours:
         p.error("--skip_peer and --skip_ours leave nothing to run")
     if not a.skip_peer and not (a.peer_dir and a.peer_work):
         p.error("--peer_dir and --peer_work are required unless --skip_peer")
     if not a.skip_ours and not a.data_dir:
         p.error("--data_dir is required unless --skip_ours")
+    if a.decode_rounds < 1:
+        p.error("--decode_rounds must be positive")
     if a.steps < 1 or a.warmup < 0 or (a.decode_train_steps is not None
                                        and a.decode_train_steps < 1):
         p.error("--steps and --decode_train_steps must be positive, --warmup not negative")

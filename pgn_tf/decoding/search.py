@@ -46,7 +46,9 @@ class DecodeRequest:
         attention history is kept); tokens: the batched decode's rows carry their tokens
         (`SummarizerAPI.decode`; the in-graph call returns them always).
       shortlist: an int overriding decode.shortlist for this call (0: the full vocabulary;
-        pgn_tf.decoding.shortlist); a Python value, as it shapes the graph.
+        pgn_tf.decoding.shortlist), or an int32 scalar (a shortlisted export's
+        summarize_options input): the graph then always runs the shortlisted step, with 0
+        meaning every vocabulary word as a candidate, which is the full search.
     Hashable when its values are Python values: the compiled calls are kept per request.
     """
 
@@ -65,8 +67,9 @@ class DecodeRequest:
             raise ValueError(f"unknown decoding method '{self.method}' ({', '.join(METHODS)})")
         if isinstance(self.beam_size, int) and self.beam_size < 1:
             raise ValueError(f"beam_size must be at least 1, got {self.beam_size}")
-        if self.shortlist is not None and not (
-                isinstance(self.shortlist, int) and self.shortlist >= 0):
+        if self.shortlist is not None and not tf.is_tensor(self.shortlist) and not (
+                isinstance(self.shortlist, int) and not isinstance(self.shortlist, bool)
+                and self.shortlist >= 0):
             raise ValueError(f"shortlist must be an int >= 0, got {self.shortlist!r}")
         if isinstance(self.feature_weights, list):  # a tuple keeps the request hashable
             object.__setattr__(self, "feature_weights", tuple(self.feature_weights))

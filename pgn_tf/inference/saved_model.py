@@ -25,7 +25,8 @@ class SavedModelSummarizer(SummarizerAPI):
     tokens and p_gen, explain) signatures, whose batch dimension is already dynamic (nothing to
     trace). Reads the export's assets.extra/config.json for the decode batch size and the
     tokenizer settings. The export's search is fixed in its graph: a request may change its
-    beam size (summarize_options) and nothing else."""
+    beam size (summarize_options) and, in an export decoding with a vocabulary shortlist, the
+    shortlist (0: the full vocabulary), and nothing else."""
 
     def __init__(self, path: str):
         if not tf.io.gfile.isdir(path):
@@ -55,9 +56,10 @@ class SavedModelSummarizer(SummarizerAPI):
         if asked:
             raise UserError(f"an export's decoding is fixed in its graph: leave "
                             f"{', '.join(asked)} out (python -m pgn_tf.export --set ...)")
-        if request.beam_size is not None and what:
-            raise UserError(f"an export's {what} come from its summarize_verbose signature, "
-                            "which decodes with the export's beam size: leave beam_size out")
+        for name, value in (("beam_size", request.beam_size), ("shortlist", request.shortlist)):
+            if value is not None and what:
+                raise UserError(f"an export's {what} come from its summarize_verbose signature, "
+                                f"which decodes with the export's {name}: leave {name} out")
 
     def _run_batch(self, articles: list[str], request: DecodeRequest) -> dict:
         batch = tf.constant(articles, tf.string)
@@ -67,12 +69,20 @@ class SavedModelSummarizer(SummarizerAPI):
             out["length"] = np.sum(out["tokens"] != b"", axis=1).astype(np.int32)
             return out
         self._check(request, "")
-        if request.beam_size is not None:
+        if request.beam_size is not None or request.shortlist is not None:
             dc = self.cfg.decode
-            out = self.options(**{
-                contract.ARTICLES: batch, contract.BEAM_SIZE: tf.constant(request.beam_size),
-                contract.MAX_DECODE_STEPS: tf.constant(dc.max_dec_steps),
-                contract.MIN_DECODE_STEPS: tf.constant(dc.min_dec_steps)})
+            scalars = {contract.BEAM_SIZE: request.beam_size or dc.beam_size,
+                       contract.MAX_DECODE_STEPS: dc.max_dec_steps,
+                       contract.MIN_DECODE_STEPS: dc.min_dec_steps}
+            if contract.SHORTLIST in self.options.structured_input_signature[1]:
+                scalars[contract.SHORTLIST] = (dc.shortlist if request.shortlist is None
+                                               else request.shortlist)
+            elif request.shortlist is not None:
+                raise UserError(f"{self.path} decodes over the full vocabulary (exported "
+                                f"without decode.shortlist): leave shortlist out, or export "
+                                f"with --set decode.shortlist=K")
+            out = self.options(**{contract.ARTICLES: batch},
+                               **{k: tf.constant(v, tf.int32) for k, v in scalars.items()})
         else:
             out = self.serve(**{contract.ARTICLES: batch})
         return {k: out[k].numpy() for k in _BATCH_KEYS}

@@ -169,7 +169,9 @@ class Summarizer(SummarizerAPI, tf.Module):
         for the beam search alone), the source's copy slots computed here once an article.
         shortlist: K > 0 (decode.shortlist) puts the batch's candidate columns and the
         vocabulary layer's kernel and bias at them into enc[SHARED], once for the search
-        (pgn_tf.decoding.shortlist); the model's step then runs over them."""
+        (pgn_tf.decoding.shortlist); the model's step then runs over them. An int32 scalar
+        (an export's summarize_options input) always does, its 0 making every vocabulary
+        word a candidate (the full search, through the same graph)."""
         with lstm_recurrence.forward_only():  # no gradient is taken through a search
             enc, state = self.model.encode(
                 feats["enc_ids"], feats["enc_len"], feats["enc_ext_ids"], feats["num_oovs"],
@@ -178,7 +180,9 @@ class Summarizer(SummarizerAPI, tf.Module):
         mixture = mixture and getattr(self.model, "pointer_gen", False)
         if mixture:
             enc["copy_slot"], enc["copy_first"] = copy_slots(enc["ext_ids"], enc["mask"])
-        if shortlist:  # per batch: never tiled nor gathered (SHARED)
+        if tf.is_tensor(shortlist):
+            shortlist = tf.where(shortlist > 0, shortlist, self.model.vocab_size)
+        if tf.is_tensor(shortlist) or shortlist:  # per batch: never tiled nor gathered (SHARED)
             enc[SHARED] = {**enc.get(SHARED, {}),
                            shortlist_lib.KEY: self._shortlist(feats["enc_ids"], shortlist)}
         # The model's largest per-article tensors held once an article, not tiled (ONCE)

@@ -45,12 +45,16 @@ ARTICLES = "articles"  # string [batch]: raw article text; its rows are the requ
 BEAM_SIZE = "beam_size"  # int32 []
 MAX_DECODE_STEPS = "max_decode_steps"  # int32 []
 MIN_DECODE_STEPS = "min_decode_steps"  # int32 []
-OPTION_INPUTS = (BEAM_SIZE, MAX_DECODE_STEPS, MIN_DECODE_STEPS)  # each needs a declared range
+# int32 []: the request's vocabulary shortlist, K most frequent words (0: the full vocabulary);
+# summarize_options takes it only in an export that decodes with a shortlist (decode.shortlist)
+SHORTLIST = "shortlist"
+OPTION_INPUTS = (BEAM_SIZE, MAX_DECODE_STEPS, MIN_DECODE_STEPS, SHORTLIST)  # each needs a range
 
+# An export's signatures without a shortlist (a shortlisted one's summarize_options adds it)
 SIGNATURE_INPUTS = {
     SERVING_DEFAULT: (ARTICLES,),
     SUMMARIZE_VERBOSE: (ARTICLES,),
-    SUMMARIZE_OPTIONS: (ARTICLES, *OPTION_INPUTS),
+    SUMMARIZE_OPTIONS: (ARTICLES, BEAM_SIZE, MAX_DECODE_STEPS, MIN_DECODE_STEPS),
 }
 
 

@@ -7,7 +7,10 @@ Signatures:
                        [batch, dec, enc], p_gen [batch, dec], raw_summaries and raw_tokens
                        (the output before decode.replace_unk)
   summarize_options    articles, beam_size, max_decode_steps, min_decode_steps (int32 scalars)
-                       -> summaries, scores. TF Serving requires every input of a signature, so
+                       -> summaries, scores; an export decoding with a vocabulary shortlist
+                       (decode.shortlist = K > 0) takes a fifth, shortlist: the request's K,
+                       0 for the full vocabulary (the same summaries as an export without
+                       one). TF Serving requires every input of a signature, so
                        the tunable scalars live in their own signature and serving_default
                        uses the checkpoint config's defaults. The scalars are capped
                        (`options_max_beam_size`, `options_max_decode_steps`): the graph
@@ -46,6 +49,8 @@ from pgn_tf.saved_model.contract import (
     MAX_DECODE_STEPS,
     MIN_DECODE_STEPS,
     SERVING_DEFAULT,
+    SHORTLIST,
+    SIGNATURE_INPUTS,
     SUMMARIZE_OPTIONS,
     SUMMARIZE_VERBOSE,
 )
@@ -66,13 +71,18 @@ WARMUP_ARTICLE = CHECK_ARTICLES[2]
 def option_limits(cfg, max_beam_size: int | None = None,
                   max_decode_steps: int | None = None) -> dict:
     """{input: (low, high)} of summarize_options' scalars: the caps default to 16 beams and 400
-    steps, raised to the export's own decode defaults if those are higher."""
+    steps, raised to the export's own decode defaults if those are higher. With a shortlist
+    (decode.shortlist > 0), its K from 0 (the full vocabulary) to the vocabulary's size: no K
+    costs more than the full vocabulary does."""
     dc = cfg.decode
     beam = max_beam_size or max(DEFAULT_MAX_BEAM_SIZE, dc.beam_size)
     steps = max_decode_steps or max(DEFAULT_MAX_DECODE_STEPS, dc.max_dec_steps)
     if beam < 1 or steps < 1:
         raise UserError(f"options caps must be positive, got beam {beam}, steps {steps}")
-    return {BEAM_SIZE: (1, beam), MAX_DECODE_STEPS: (1, steps), MIN_DECODE_STEPS: (0, steps)}
+    limits = {BEAM_SIZE: (1, beam), MAX_DECODE_STEPS: (1, steps), MIN_DECODE_STEPS: (0, steps)}
+    if dc.shortlist:
+        limits[SHORTLIST] = (0, cfg.data.vocab_size)
+    return limits
 
 
 def serving_contract(cfg, limits: dict) -> contract_lib.ServingContract:
@@ -80,16 +90,18 @@ def serving_contract(cfg, limits: dict) -> contract_lib.ServingContract:
     summarize_verbose bake in (decode.fixed_length, when set, is the steps every signature
     runs: Summarizer.summarize), and summarize_options' caps (option_limits())."""
     dc = cfg.decode
+    signatures = dict(SIGNATURE_INPUTS)
+    signatures[SUMMARIZE_OPTIONS] = (ARTICLES, *limits)
     return contract_lib.ServingContract(
         beam_size=dc.beam_size, max_decode_steps=dc.fixed_length or dc.max_dec_steps,
-        input_limits={SUMMARIZE_OPTIONS: limits})
+        input_limits={SUMMARIZE_OPTIONS: limits}, signatures=signatures)
 
 
-def _checked_options(limits: dict, beam_size, max_decode_steps, min_decode_steps):
-    """The scalars, each passed through an assertion of its (low, high) range and of
-    min <= max, so decoding cannot start on an out-of-range request."""
-    values = {BEAM_SIZE: beam_size, MAX_DECODE_STEPS: max_decode_steps,
-              MIN_DECODE_STEPS: min_decode_steps}
+def _checked_options(limits: dict, values: dict) -> dict:
+    """The scalars ({input: int32 scalar}, one for each of `limits`), each passed through an
+    assertion of its (low, high) range and of min <= max, so decoding cannot start on an
+    out-of-range request."""
+    min_decode_steps, max_decode_steps = values[MIN_DECODE_STEPS], values[MAX_DECODE_STEPS]
     asserts = [tf.debugging.Assert(tf.logical_and(v >= limits[k][0], v <= limits[k][1]),
                                    [f"{k} must be between {limits[k][0]} and {limits[k][1]}, got",
                                     v], name=f"check_{k}")
@@ -99,7 +111,7 @@ def _checked_options(limits: dict, beam_size, max_decode_steps, min_decode_steps
         ["min_decode_steps must be at most max_decode_steps, got", min_decode_steps, "and",
          max_decode_steps], name="check_min_le_max"))
     with tf.control_dependencies(asserts):
-        return tuple(tf.identity(values[k]) for k in values)
+        return {k: tf.identity(v) for k, v in values.items()}
 
 
 def write_warmup_requests(path: str, name: str, cfg, limits: dict) -> None:
@@ -109,8 +121,8 @@ def write_warmup_requests(path: str, name: str, cfg, limits: dict) -> None:
 
     dc = cfg.decode
     scalars = {BEAM_SIZE: dc.beam_size, MAX_DECODE_STEPS: dc.max_dec_steps,
-               MIN_DECODE_STEPS: dc.min_dec_steps}
-    scalars = {k: min(max(v, limits[k][0]), limits[k][1]) for k, v in scalars.items()}
+               MIN_DECODE_STEPS: dc.min_dec_steps, SHORTLIST: dc.shortlist}
+    scalars = {k: min(max(scalars[k], low), high) for k, (low, high) in limits.items()}
     with tf.io.TFRecordWriter(path) as writer:
         for sig in (SERVING_DEFAULT, SUMMARIZE_VERBOSE, SUMMARIZE_OPTIONS):
             req = predict_pb2.PredictRequest()
@@ -147,14 +159,27 @@ def build_archive(summarizer: Summarizer, limits: dict | None = None) -> keras.e
         return {k: out[k] for k in ("summaries", "scores", "tokens", "attention", "p_gen",
                                     "raw_summaries", "raw_tokens")}
 
-    @tf.function(input_signature=[articles, scalar(BEAM_SIZE), scalar(MAX_DECODE_STEPS),
-                                  scalar(MIN_DECODE_STEPS)], autograph=False)
-    def options(articles, beam_size, max_decode_steps, min_decode_steps):
-        beam_size, max_decode_steps, min_decode_steps = _checked_options(
-            limits, beam_size, max_decode_steps, min_decode_steps)
+    def summarize_with(articles, **scalars):
+        v = _checked_options(limits, scalars)
         out = summarizer.summarize(articles, DecodeRequest(
-            beam_size=beam_size, max_steps=max_decode_steps, min_steps=min_decode_steps))
+            beam_size=v[BEAM_SIZE], max_steps=v[MAX_DECODE_STEPS],
+            min_steps=v[MIN_DECODE_STEPS], shortlist=v.get(SHORTLIST)))
         return {"summaries": out["summaries"], "scores": out["scores"]}
+
+    option_specs = [articles, scalar(BEAM_SIZE), scalar(MAX_DECODE_STEPS),
+                    scalar(MIN_DECODE_STEPS)]
+    if SHORTLIST in limits:  # the signature's inputs are its function's argument names
+        @tf.function(input_signature=[*option_specs, scalar(SHORTLIST)], autograph=False)
+        def options(articles, beam_size, max_decode_steps, min_decode_steps, shortlist):
+            return summarize_with(articles, beam_size=beam_size, shortlist=shortlist,
+                                  max_decode_steps=max_decode_steps,
+                                  min_decode_steps=min_decode_steps)
+    else:
+        @tf.function(input_signature=option_specs, autograph=False)
+        def options(articles, beam_size, max_decode_steps, min_decode_steps):
+            return summarize_with(articles, beam_size=beam_size,
+                                  max_decode_steps=max_decode_steps,
+                                  min_decode_steps=min_decode_steps)
 
     archive.add_endpoint(SERVING_DEFAULT, serve)
     archive.add_endpoint(SUMMARIZE_VERBOSE, verbose)

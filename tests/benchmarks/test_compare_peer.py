@@ -3,7 +3,7 @@ line is missing."""
 
 import pytest
 
-from benchmarks import compare_peer, peer, peer_table
+from benchmarks import compare_decoding, compare_peer, peer, peer_table
 from pgn_tf.utils.errors import UserError
 
 pytestmark = pytest.mark.study  # the speed tools, apart from the product (pyproject.toml)
@@ -101,6 +101,57 @@ def test_the_variant_lines_give_ratios_to_the_default_and_the_reference():
     assert line == ("variant xla: 3,000.0 source tokens/s, 0.5 s/step (float32), 1.50x the "
                     "default 0.50x the reference")
     assert peer_table.variant_table(variants, default, {}).endswith("1.50x the default")
+
+
+def test_a_decode_variant_changes_decode_settings_only(tmp_path):
+    assert compare_peer.parse_decode_variant("sl:decode.shortlist=2000") == (
+        "sl", ["decode.shortlist=2000"])
+    for bad in ("sl:train.jit_compile=true", "sl", "sl:decode.shortlist=2000,model.x=1"):
+        with pytest.raises(UserError, match="--decode_variant"):
+            compare_peer.parse_decode_variant(bad)
+    args = ["--skip_peer", "--data_dir", str(tmp_path)]
+    assert compare_peer.main([*args, "--decode_variant", "default:decode.shortlist=5"]) != 0
+    assert compare_peer.main([*args, "--decode_variant", "x:decode.no_such_key=5"]) != 0
+    with pytest.raises(SystemExit):
+        compare_peer.main([*args, "--decode_rounds", "0"])
+
+
+def test_the_decode_variant_line_gives_its_ratios_and_identical_share():
+    default = {"articles_per_sec": 200.0, "rounds_articles_per_sec": [190.0, 200.0, 210.0],
+               "variants": {"sl": {"articles_per_sec": 300.0, "identical_to_default_pct": 97.5,
+                                   "rounds_articles_per_sec": [300.0, 290.0, 310.0]}}}
+    line = peer_table.decode_variant_table(default, {"decode_articles_per_sec": 100.0})
+    assert line == ("decode variant sl: 300.0 articles/s (rounds [300.0, 290.0, 310.0]), 1.50x "
+                    "the default (200.0, rounds [190.0, 200.0, 210.0]), 3.00x the reference; "
+                    "97.5% of its summaries the default's")
+    assert "the reference" not in peer_table.decode_variant_table(default, {})
+
+
+@pytest.mark.slow
+def test_the_interleaved_decodings_time_every_arm_each_round(trained_model_dir, corpus):
+    """The default and two variants, two rounds each, on the trained tiny model: every arm's
+    rounds are kept and its figure is the median; a variant decoding as the default does
+    (K as wide as the vocabulary) has every summary the default's. (The tiny vocabulary is
+    narrower than one shortlist's column padding, so K = 1 decodes the same words too.)"""
+    import copy
+
+    from pgn_tf import config as config_lib
+    from pgn_tf.model_dir import ModelDir
+
+    mdir = ModelDir(trained_model_dir)
+    cfg = mdir.read_config()
+    variants = {name: config_lib.apply_overrides(copy.deepcopy(cfg), [f"decode.shortlist={k}"])
+                .decode for name, k in (("wide", 100_000), ("narrow", 1))}
+    got = compare_decoding.our_decoding(cfg, trained_model_dir, mdir.latest_checkpoint(),
+                                        corpus["validation"], 8, 8, variants, rounds=2)
+    assert got["articles"] == 40 and len(got["rounds_articles_per_sec"]) == 2
+    # the median of two rounds: the faster (the lower middle of their times)
+    assert got["articles_per_sec"] == max(got["rounds_articles_per_sec"])
+    assert set(got["variants"]) == {"wide", "narrow"}
+    assert got["variants"]["wide"]["identical_to_default_pct"] == 100.0
+    assert 0.0 <= got["variants"]["narrow"]["identical_to_default_pct"] <= 100.0
+    assert len(got["variants"]["narrow"]["rounds_articles_per_sec"]) == 2
+    assert got["mean_tokens"] == 8 and got["peak_rss_mib"] > 0
 
 
 # -- the digests mode and peak RSS ---------------------------------------------------------------
@@ -213,7 +264,7 @@ def test_a_failing_decoding_child_says_why(tmp_path):
     job = {"config": "tiny", "set": [], "model_dir": str(tmp_path / "none"),
            "checkpoint": "x", "data": str(tmp_path / "none.jsonl"), "max_tokens": 30}
     with pytest.raises(UserError, match="(?s)decoding child failed.*does not exist"):
-        compare_peer.decoding_in_child(job)
+        compare_decoding.decoding_in_child(job)
 
 
 # -- decoding forced to one length ---------------------------------------------------------------
@@ -326,10 +377,10 @@ def test_our_search_forced_to_a_length_writes_exactly_that_many_tokens(trained_m
 
     cfg = ModelDir(trained_model_dir).read_config()
     checkpoint = ModelDir(trained_model_dir).latest_checkpoint()
-    forced = compare_peer.our_decoding(cfg, trained_model_dir, checkpoint, corpus["validation"],
+    forced = compare_decoding.our_decoding(cfg, trained_model_dir, checkpoint, corpus["validation"],
                                        9, 9)
     assert forced["mean_tokens"] == 9 and forced["min_dec_steps"] == 9
-    free = compare_peer.our_decoding(cfg, trained_model_dir, checkpoint, corpus["validation"],
+    free = compare_decoding.our_decoding(cfg, trained_model_dir, checkpoint, corpus["validation"],
                                      9)  # the tiny model stops before 9 tokens on its own
     assert free["mean_tokens"] < 9 and free["min_dec_steps"] == min(cfg.decode.min_dec_steps, 9)
 

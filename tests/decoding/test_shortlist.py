@@ -270,25 +270,65 @@ def test_a_model_without_one_vocabulary_layer_refuses_the_shortlist():
 
 @pytest.mark.slow
 def test_a_shortlisted_export_summarizes_as_in_process(tmp_path):
-    """decode.shortlist baked into the export's graph (the config's value: summarize_options
-    has no input for it): core ops only, and the served summaries are the in-process ones."""
-    from pgn_tf.saved_model import export, graph_check
+    """decode.shortlist baked into serving_default's graph (the config's K), and a request's
+    own K through summarize_options' `shortlist` input, 0 giving the full vocabulary's
+    summaries: core ops only, the served summaries the in-process ones, the input's range in
+    the serving contract and asserted by the graph; SavedModelSummarizer passes a request's
+    shortlist, and refuses one for an export without the input."""
+    from pgn_tf.inference.saved_model import SavedModelSummarizer
+    from pgn_tf.saved_model import contract, export, graph_check
+    from pgn_tf.utils.errors import UserError
 
     s = make_summarizer(seed=9, shortlist=5)
     path = str(tmp_path / "1")
-    export.build_archive(s).write_out(
-        path, options=tf.saved_model.SaveOptions(experimental_custom_gradients=False),
-        verbose=False)
+    limits = export.option_limits(s.cfg)
+    assert limits[contract.SHORTLIST] == (0, s.cfg.data.vocab_size)
+    export.write_servable(path, s, limits, "m", {"config.json": s.cfg.save})
     assert not graph_check.unservable_ops(path)
     arts = random_articles(10, 4) + [""]
     loaded = tf.saved_model.load(path)
+    served = contract.from_saved_model(loaded)
+    assert served.input_limits[contract.SUMMARIZE_OPTIONS][contract.SHORTLIST] == \
+        limits[contract.SHORTLIST]
+    served.check_signatures({k: fn.structured_input_signature[1]
+                             for k, fn in loaded.signatures.items()})
     got = loaded.signatures["serving_default"](articles=tf.constant(arts))
     want = s.summarize(tf.constant(arts))
     np.testing.assert_array_equal(got["summaries"].numpy(), want["summaries"].numpy())
-    full = make_summarizer(seed=9).summarize(tf.constant(arts))
+    full_summarizer = make_summarizer(seed=9)
+    full = full_summarizer.summarize(tf.constant(arts))
     assert (full["summaries"].numpy() != want["summaries"].numpy()).any()  # K = 5 matters
-    opt = loaded.signatures["summarize_options"](
-        articles=tf.constant(arts), beam_size=tf.constant(1), max_decode_steps=tf.constant(6),
-        min_decode_steps=tf.constant(2))
-    want = s.summarize(tf.constant(arts), DecodeRequest(1, 6, 2))
-    np.testing.assert_array_equal(opt["summaries"].numpy(), want["summaries"].numpy())
+
+    def options(k, beam=1, steps=6, low=2):
+        return loaded.signatures["summarize_options"](
+            articles=tf.constant(arts), beam_size=tf.constant(beam),
+            max_decode_steps=tf.constant(steps), min_decode_steps=tf.constant(low),
+            shortlist=tf.constant(k))["summaries"].numpy()
+
+    np.testing.assert_array_equal(
+        options(5), s.summarize(tf.constant(arts), DecodeRequest(1, 6, 2))["summaries"].numpy())
+    np.testing.assert_array_equal(
+        options(40), s.summarize(tf.constant(arts),
+                                 DecodeRequest(1, 6, 2, shortlist=40))["summaries"].numpy())
+    dc = s.cfg.decode
+    np.testing.assert_array_equal(  # 0: the full vocabulary, through the shortlisted graph
+        options(0, dc.beam_size, dc.max_dec_steps, dc.min_dec_steps),
+        full["summaries"].numpy())
+    for bad in (-1, s.cfg.data.vocab_size + 1):
+        with pytest.raises(tf.errors.InvalidArgumentError, match="shortlist must be between"):
+            options(bad)
+
+    api = SavedModelSummarizer(path)
+
+    def api_summaries(api, k):
+        return [r["summary"] for r in api.decode(arts, request=DecodeRequest(shortlist=k))]
+
+    assert api_summaries(api, 0) == [x.decode() for x in full["summaries"].numpy()]
+    assert api_summaries(api, 5) == [x.decode() for x in want["summaries"].numpy()]
+    plain = str(tmp_path / "2")
+    export.write_servable(plain, full_summarizer, export.option_limits(full_summarizer.cfg),
+                          "m", {"config.json": full_summarizer.cfg.save})
+    assert "shortlist" not in tf.saved_model.load(plain).signatures[
+        "summarize_options"].structured_input_signature[1]
+    with pytest.raises(UserError, match="decodes over the full vocabulary"):
+        api_summaries(SavedModelSummarizer(plain), 5)

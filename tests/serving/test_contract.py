@@ -110,6 +110,19 @@ def test_a_bad_contract_is_unreadable(text, message):
         sc.ServingContract.from_json(text)
 
 
+def test_a_shortlist_input_needs_its_range():
+    """A shortlisted export's summarize_options takes `shortlist`; a contract listing it
+    without a range is unreadable (a server never runs it unchecked), with one it reads."""
+    raw = json.loads(CONTRACT.to_json())
+    raw["signatures"][sc.SUMMARIZE_OPTIONS].append(sc.SHORTLIST)
+    with pytest.raises(sc.ContractError, match="no input_limits.summarize_options for "
+                                               "\\['shortlist'\\]"):
+        sc.ServingContract.from_json(json.dumps(raw))
+    raw["input_limits"][sc.SUMMARIZE_OPTIONS][sc.SHORTLIST] = [0, 50000]
+    got = sc.ServingContract.from_json(json.dumps(raw))
+    assert got.input_limits[sc.SUMMARIZE_OPTIONS][sc.SHORTLIST] == (0, 50000)
+
+
 def test_importing_the_contract_starts_no_tensorflow():
     import subprocess
     import sys
