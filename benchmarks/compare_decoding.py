@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 
 from benchmarks.peer import BATCH, BEAM, tail
 from pgn_tf import config as config_lib
@@ -66,62 +68,40 @@ def decode_model(cfg_name: str, overrides: list[str], cfg: config_lib.Config, tr
     return ModelDir(model_dir).latest_checkpoint()
 
 
-def _decoder(loaded: Summarizer, decode_cfg: config_lib.DecodeConfig) -> Summarizer:
-    """`loaded`'s model under `decode_cfg` (its batch BATCH)."""
-    decode_cfg = dataclasses.replace(decode_cfg, batch_size=BATCH)
-    return Summarizer(loaded.model, loaded.vocab,
-                      dataclasses.replace(loaded.cfg, decode=decode_cfg).validate())
-
-
 def our_decoding(cfg: config_lib.Config, model_dir: str, checkpoint: str, data: str,
                  max_tokens: int, min_tokens: int | None = None,
-                 variants: dict[str, config_lib.DecodeConfig] | None = None,
-                 rounds: int = 1) -> dict:
+                 tokens_out: str | None = None) -> dict:
     """Beam-BEAM decoding of every article of `data` in batches of BATCH, at most max_tokens
     tokens (at least min_tokens: the preset's minimum when None), by `checkpoint` of
     model_dir; the decode section otherwise from cfg (the module docstring says what is
-    timed). variants: {name: a decode section} decoded too, interleaved with the default
-    over `rounds` rounds; each figure is its arm's median round."""
+    timed). tokens_out: a JSON file to write the summaries' tokens to, in the data's order."""
     examples = dataset.read_split(data, None, None)
     loaded = Summarizer.from_model_dir(model_dir, checkpoint)
     # the preset's decode section (its constraints, penalties); beam and lengths per request
-    arms = {DEFAULT_ARM: _decoder(loaded, cfg.decode),
-            **{name: _decoder(loaded, dc) for name, dc in (variants or {}).items()}}
+    decode_cfg = dataclasses.replace(cfg.decode, batch_size=BATCH)
+    summarizer = Summarizer(loaded.model, loaded.vocab,
+                            dataclasses.replace(loaded.cfg, decode=decode_cfg).validate())
     min_steps = min(cfg.decode.min_dec_steps if min_tokens is None else min_tokens, max_tokens)
     request = DecodeRequest(beam_size=BEAM, max_steps=max_tokens, min_steps=min_steps)
     print(f"== pgn_tf decoding: {len(examples)} articles, beam {BEAM}, batch {BATCH}, "
-          f"{min_steps}-{max_tokens} tokens; {', '.join(arms)}, {rounds} round(s)", flush=True)
+          f"{min_steps}-{max_tokens} tokens", flush=True)
     # The warm-up batch traces the same compiled call (same request, batch BATCH) as the timed.
-    warmup = {name: decode_split(s, examples[:BATCH], batch_size=BATCH, request=request).seconds
-              for name, s in arms.items()}
-    runs = {name: [] for name in arms}  # (seconds, cpu seconds, tokens) a round
-    for r in range(rounds):
-        for name, s in arms.items():
-            cpu0 = time.process_time()
-            out = decode_split(s, examples, batch_size=BATCH, request=request)
-            runs[name].append((out.seconds, time.process_time() - cpu0, out.tokens))
-            print(f"   round {r + 1} {name}: {len(examples) / out.seconds:.1f} articles/s",
-                  flush=True)
-    figures = {}
-    for name, done in runs.items():
-        seconds, cpu, tokens = sorted(done, key=lambda x: x[0])[(len(done) - 1) // 2]
-        figures[name] = {
-            "articles": len(examples), "seconds": round(seconds, 2),
-            "articles_per_sec": round(len(examples) / seconds, 2),
-            "rounds_articles_per_sec": [round(len(examples) / x[0], 2) for x in done],
-            "cpu_ms_per_article": round(1000 * cpu / len(examples), 2),
-            "mean_tokens": round(sum(len(t) for t in tokens) / len(tokens), 2),
-            "warmup_seconds": round(warmup[name], 2), "min_dec_steps": min_steps,
-            "max_tokens": max_tokens}
-    default_tokens = runs[DEFAULT_ARM][0][2]
-    for name in variants or {}:
-        same = sum(a == b for a, b in zip(runs[name][0][2], default_tokens, strict=True))
-        figures[name]["identical_to_default_pct"] = round(100 * same / len(examples), 2)
-    result = figures.pop(DEFAULT_ARM)
-    result["peak_rss_mib"] = procfs.peak_mib()  # of every arm: one process decoded them all
-    if variants:
-        result["variants"] = figures
-    return result
+    warmup = decode_split(summarizer, examples[:BATCH], batch_size=BATCH, request=request).seconds
+    cpu0 = time.process_time()
+    out = decode_split(summarizer, examples, batch_size=BATCH, request=request)
+    tokens, seconds = out.tokens, out.seconds
+    cpu = time.process_time() - cpu0
+    if tokens_out:
+        with open(tokens_out, "w") as f:
+            json.dump(tokens, f)
+    return {
+        "articles": len(examples), "seconds": round(seconds, 2),
+        "articles_per_sec": round(len(examples) / seconds, 2),
+        "cpu_ms_per_article": round(1000 * cpu / len(examples), 2),
+        "mean_tokens": round(sum(len(t) for t in tokens) / len(tokens), 2),
+        "warmup_seconds": round(warmup, 2), "min_dec_steps": min_steps,
+        "max_tokens": max_tokens, "peak_rss_mib": procfs.peak_mib(),
+    }
 
 
 # The line a decoding child prints its figures on (decoding_in_child).
@@ -131,13 +111,13 @@ DEFAULT_ARM = "default"  # the name of the decoding under --config and --set alo
 
 def decoding_in_child(job: dict) -> dict:
     """our_decoding in a fresh process (`python -m benchmarks.compare_decoding JSON`, from the
-    repository's root), so that its peak RSS is decoding's alone; job: config, set, model_dir, checkpoint, data, max_tokens,
-    min_tokens (None: the preset's), and optionally decode_variants ({name: overrides}) and
-    rounds."""
+    repository's root), so that its peak RSS is decoding's alone; job: config, set, model_dir,
+    checkpoint, data, max_tokens, min_tokens (None: the preset's), optionally tokens_out."""
     print("== pgn_tf decoding, in a child process (its own peak RSS)", flush=True)
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.compare_decoding", json.dumps(job)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, cwd=root, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.compare_decoding", json.dumps(job)],
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=root,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     found = [line for line in proc.stdout.splitlines() if line.startswith(CHILD_RESULT)]
     if proc.returncode or not found:
         raise UserError(f"the decoding child failed (status {proc.returncode}); the last lines "
@@ -145,15 +125,52 @@ def decoding_in_child(job: dict) -> dict:
     return json.loads(found[-1][len(CHILD_RESULT):])
 
 
+def interleaved_decoding(job: dict, variants: list[tuple[str, list[str]]], rounds: int,
+                         decode: Callable[[dict], dict] = decoding_in_child) -> dict:
+    """The default decoding (`job`, as decoding_in_child takes it) and each variant's (its
+    decode.* overrides added to job["set"]), each round every arm in turn, each run in a
+    child of its own (`decode`), so that a noisy minute falls on every arm alike and each
+    arm's peak RSS is its own. Each arm's figures are its median round's (by time), with every
+    round's articles/s and its largest peak RSS; a variant's also the share of articles whose
+    summary is the default's, token for token. Returns the default's figures, the variants'
+    under "variants" when there are any."""
+    arms = [(DEFAULT_ARM, []), *variants]
+    runs = {name: [] for name, _ in arms}
+    with tempfile.TemporaryDirectory(prefix="compare_decoding-") as tmp:
+        for r in range(rounds):
+            for name, overrides in arms:
+                print(f"== round {r + 1} of {rounds}: {name} {' '.join(overrides)}".rstrip(),
+                      flush=True)
+                out = os.path.join(tmp, f"{name}-{r}.json")
+                res = decode({**job, "set": [*job["set"], *overrides], "tokens_out": out})
+                with open(out) as f:
+                    res["tokens"] = json.load(f)
+                runs[name].append(res)
+                print(f"   {res['articles_per_sec']} articles/s", flush=True)
+    figures = {}
+    for name, done in runs.items():
+        fig = dict(sorted(done, key=lambda x: x["seconds"])[(len(done) - 1) // 2])
+        fig["rounds_articles_per_sec"] = [x["articles_per_sec"] for x in done]
+        fig["peak_rss_mib"] = max(x["peak_rss_mib"] or 0 for x in done) or None
+        figures[name] = fig
+    default_tokens = figures[DEFAULT_ARM]["tokens"]
+    for name, _ in variants:
+        same = sum(a == b for a, b in zip(figures[name]["tokens"], default_tokens, strict=True))
+        figures[name]["identical_to_default_pct"] = round(100 * same / len(default_tokens), 2)
+    for fig in figures.values():
+        del fig["tokens"]
+    result = figures.pop(DEFAULT_ARM)
+    if variants:
+        result["variants"] = figures
+    return result
+
+
 def run_decoding_job(text: str) -> dict:
     """The child's side of decoding_in_child: decodes, prints its figures on one line."""
     job = json.loads(text)
     cfg = config_lib.resolve(job["config"], job["set"])
-    variants = {name: config_lib.resolve(job["config"], [*job["set"], *overrides]).decode
-                for name, overrides in job.get("decode_variants", {}).items()}
     result = our_decoding(cfg, job["model_dir"], job["checkpoint"], job["data"],
-                          job["max_tokens"], job.get("min_tokens"), variants,
-                          job.get("rounds", 1))
+                          job["max_tokens"], job.get("min_tokens"), job.get("tokens_out"))
     print(CHILD_RESULT + json.dumps(result), flush=True)
     return result
 

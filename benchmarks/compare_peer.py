@@ -40,9 +40,10 @@ timed for training only (decoding is timed on the default's model).
 
 --decode_variant (repeatable; decode.* keys only) decodes the same articles with the same model
 and request under the variant's decoding settings, e.g. `--decode_variant
-shortlist:decode.shortlist=2000`. The default and the variants decode in one child process,
-interleaved over --decode_rounds rounds (each warmed up once first), and each figure is its
-median round, so a noisy minute falls on every arm alike. A variant's row gives its
+shortlist:decode.shortlist=2000`. The default and the variants decode interleaved over
+--decode_rounds rounds, every arm each round, each decoding in a fresh child process as the
+default's does (its own warm-up batch and peak RSS), and each figure is its arm's median
+round, so a noisy minute falls on every arm alike. A variant's row gives its
 articles/s, its ratios to the reference and to this project's default, and the share of
 articles whose summary is the default's, token for token.
 
@@ -111,7 +112,7 @@ from benchmarks.compare_decoding import (
     DEFAULT_ARM,
     check_decode_model,
     decode_model,
-    decoding_in_child,
+    interleaved_decoding,
 )
 from benchmarks.peer import (
     BATCH,
@@ -207,12 +208,11 @@ def ours(a, cfg: config_lib.Config, variants: list) -> dict:
         print(f"== pgn_tf training, variant {name}: {' '.join(overrides)}", flush=True)
         measured[name] = our_training(variant_cfg, files, a.steps, a.warmup, False)
     checkpoint = decode_model(a.config, a.set, cfg, train_data, model_dir, a.decode_train_steps)
-    decoding = decoding_in_child({
+    decoding = interleaved_decoding({
         "config": a.config, "set": a.set, "model_dir": model_dir, "checkpoint": checkpoint,
         "data": os.path.join(a.data_dir, "validation.jsonl.gz"),
         "max_tokens": a.max_tokens,
-        "min_tokens": a.forced_length,
-        "decode_variants": dict(a.decode_variants), "rounds": a.decode_rounds})
+        "min_tokens": a.forced_length}, a.decode_variants, a.decode_rounds)
     figures = {
         "train_src_tokens_per_sec": training["src_tokens_per_sec"],
         "train_examples_per_sec": training["examples_per_sec"],

@@ -72,8 +72,8 @@ def variant_table(variants: dict, default: dict, peer: dict) -> str:
 
 def decode_variant_table(default: dict, peer: dict) -> str:
     """One line per decoding variant (compare_peer --decode_variant): its articles/s, its
-    ratios to the reference's and to this project's default, and the share of its summaries
-    that are the default's."""
+    ratios to the reference's and to this project's default, the share of its summaries
+    that are the default's, and its peak RSS."""
     lines, vs_peer = [], peer.get("decode_articles_per_sec")
     for name, d in default["variants"].items():
         r_peer = f", {d['articles_per_sec'] / vs_peer:.2f}x the reference" if vs_peer else ""
@@ -82,5 +82,6 @@ def decode_variant_table(default: dict, peer: dict) -> str:
                      f"{d['articles_per_sec'] / default['articles_per_sec']:.2f}x the default "
                      f"({fmt(default['articles_per_sec'])}, rounds "
                      f"{default['rounds_articles_per_sec']}){r_peer}; "
-                     f"{d['identical_to_default_pct']}% of its summaries the default's")
+                     f"{d['identical_to_default_pct']}% of its summaries the default's; "
+                     f"peak RSS {fmt(d.get('peak_rss_mib'))} MiB")
     return "\n".join(lines)

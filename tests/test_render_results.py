@@ -20,10 +20,14 @@ def _quality(model, paper, corpus, r1, headline=False, **extra):
     return row
 
 
-def _speed(cpu, run_date, train, decode, variant="", forced=30, corpus=rr.DESCRIPTIONS):
-    return {"kind": "speed", "corpus": corpus, "cpu": cpu, "cpu_flags": "avx2",
-            "run_date": run_date, "forced_length": forced, "precision": "float32",
-            "variant": variant, "figures": {"training_ratio": train, "decoding_ratio": decode}}
+def _speed(cpu, run_date, train, decode, variant="", forced=30, corpus=rr.DESCRIPTIONS,
+           decode_variant=None):
+    row = {"kind": "speed", "corpus": corpus, "cpu": cpu, "cpu_flags": "avx2",
+           "run_date": run_date, "forced_length": forced, "precision": "float32",
+           "variant": variant, "figures": {"training_ratio": train, "decoding_ratio": decode}}
+    if decode_variant:
+        row["decode_variant"] = decode_variant
+    return row
 
 
 def _record(root, name, date, rows):
@@ -48,6 +52,8 @@ def repo(tmp_path):
     _record(tmp_path, "2026-01-02-b", "2026-01-02", [
         _speed("AVX2-only", "2026-01-02 09:00 UTC", 2.0, 2.75),
         _speed("AVX2-only", "2026-01-02 11:00 UTC", 2.2, 2.6, variant="decode.jit_step=true"),
+        _speed("AVX2-only", "2026-01-02 09:00 UTC", None, 3.6,
+               decode_variant="decode.shortlist=2000"),
         _speed("AMX", "2026-01-02 12:00 UTC", 2.6, 9.0, forced=None, corpus=rr.DIGESTS),
         _quality("blocks", "lead baseline", rr.DIGESTS, 34.0, headline=True,
                  note="digits as '#'"),
@@ -113,16 +119,20 @@ def test_the_recipe_comes_first_with_the_measures_a_later_record_computed(repo):
 def test_speed_table_takes_the_latest_run_of_each_cpu_type_without_variants(repo):
     records = rr.load_records(repo / rr.RECORDS)
     latest = rr.latest_speed(records)
-    assert [(r.data["cpu"], r.data["run_date"]) for r in latest] == [
-        ("AVX2-only", "2026-01-02 09:00 UTC"), ("AMX", "2026-01-02 12:00 UTC")]
+    assert [(r.data["cpu"], r.data["run_date"], r.data.get("decode_variant")) for r in latest] \
+        == [("AVX2-only", "2026-01-02 09:00 UTC", None),
+            ("AVX2-only", "2026-01-02 09:00 UTC", "decode.shortlist=2000"),
+            ("AMX", "2026-01-02 12:00 UTC", None)]
     table = rr.speed_table(records, "")
-    assert "| 2.00x | 2.75x |" in table
+    assert "| 2.00x | full vocabulary | 2.75x |" in table
+    assert "| - | `decode.shortlist=2000` | 3.60x |" in table  # its own row, decoding only
     assert "not forced" in table and "9.00x" not in table  # unequal work is not a ratio
 
 
 def test_speed_runs_table_lists_every_run_with_its_variant(repo):
     table = rr.speed_runs_table(rr.load_records(repo / rr.RECORDS), "../../research/records/")
-    assert table.count("\n") == 2 + 4 - 1
+    assert table.count("\n") == 2 + 5 - 1
+    assert "decode.shortlist=2000" in table
     assert "decode.jit_step=true" in table
     assert "(../../research/records/2026-01-02-b.md)" in table
 

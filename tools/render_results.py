@@ -150,16 +150,25 @@ def quality_table(records: list[dict], corpus: str, prefix: str) -> str:
 
 
 def latest_speed(records: list[dict]) -> list[Row]:
-    """The latest run of each CPU type and corpus, as the commands run it (no variant)."""
-    latest: dict[tuple[str, str], Row] = {}
+    """The latest run of each CPU type and corpus, as the commands run it (no training
+    variant), and of each decoding setting measured apart (a row's `decode_variant`, such as
+    decode.shortlist=2000: its own row, after the full vocabulary's)."""
+    latest: dict[tuple[str, str, str], Row] = {}
     for r in rows_of(records, "speed"):
         if r.data.get("variant"):
             continue
-        key = (r.data["cpu"], r.data["corpus"])
+        key = (r.data["cpu"], r.data["corpus"], r.data.get("decode_variant", ""))
         if key not in latest or r.data["run_date"] > latest[key].data["run_date"]:
             latest[key] = r
     return sorted(latest.values(), key=lambda r: (_rank(r.data["corpus"], CORPORA),
-                                                  _rank(r.data["cpu"], CPUS)))
+                                                  _rank(r.data["cpu"], CPUS),
+                                                  r.data.get("decode_variant", "")))
+
+
+def _output_layer(r: Row) -> str:
+    """The decoding's output layer: the full vocabulary, or the decode setting it ran with."""
+    v = r.data.get("decode_variant")
+    return f"`{v}`" if v else "full vocabulary"
 
 
 def _decoding(r: Row) -> str:
@@ -177,12 +186,13 @@ def speed_table(records: list[dict], prefix: str) -> str:
     """The README's speed table: pgn_tf / OpenNMT-py, the latest run of each CPU type."""
     body = [
         [CPU_LABELS.get(r.data["cpu"], r.data["cpu"]), SIZES[r.data["corpus"]], _forced(r),
-         r.data["precision"], _num(r.figures.get("training_ratio"), suffix="x"), _decoding(r),
-         _link(r, prefix)]
+         r.data["precision"], _num(r.figures.get("training_ratio"), suffix="x"),
+         _output_layer(r), _decoding(r), _link(r, prefix)]
         for r in latest_speed(records)
     ]
     return _table(["CPU", "sizes", "decoding forced to", "pgn_tf precision",
-                   "training tokens/s", "decoding articles/s", "record"], body)
+                   "training tokens/s", "decoding's output layer", "decoding articles/s",
+                   "record"], body)
 
 
 def speed_runs_table(records: list[dict], prefix: str) -> str:
@@ -196,7 +206,7 @@ def speed_runs_table(records: list[dict], prefix: str) -> str:
         share = f.get("share_of_matmul_peak")
         body.append([
             CPU_LABELS.get(r.data["cpu"], r.data["cpu"]), SIZES[r.data["corpus"]], _forced(r),
-            r.data["precision"], r.data.get("variant") or "-",
+            r.data["precision"], r.data.get("variant") or r.data.get("decode_variant") or "-",
             _num(f.get("training_ratio"), suffix="x"), _decoding(r),
             _num(f.get("decoding_peak_rss_ratio"), suffix="x"),
             "-" if share is None else f"{share * 100:.0f}%", r.data["run_date"], _link(r, prefix),

@@ -119,31 +119,40 @@ def test_a_decode_variant_changes_decode_settings_only(tmp_path):
 def test_the_decode_variant_line_gives_its_ratios_and_identical_share():
     default = {"articles_per_sec": 200.0, "rounds_articles_per_sec": [190.0, 200.0, 210.0],
                "variants": {"sl": {"articles_per_sec": 300.0, "identical_to_default_pct": 97.5,
-                                   "rounds_articles_per_sec": [300.0, 290.0, 310.0]}}}
+                                   "rounds_articles_per_sec": [300.0, 290.0, 310.0],
+                                   "peak_rss_mib": 800.5}}}
     line = peer_table.decode_variant_table(default, {"decode_articles_per_sec": 100.0})
     assert line == ("decode variant sl: 300.0 articles/s (rounds [300.0, 290.0, 310.0]), 1.50x "
                     "the default (200.0, rounds [190.0, 200.0, 210.0]), 3.00x the reference; "
-                    "97.5% of its summaries the default's")
+                    "97.5% of its summaries the default's; peak RSS 800.5 MiB")
     assert "the reference" not in peer_table.decode_variant_table(default, {})
 
 
 @pytest.mark.slow
 def test_the_interleaved_decodings_time_every_arm_each_round(trained_model_dir, corpus):
-    """The default and two variants, two rounds each, on the trained tiny model: every arm's
-    rounds are kept and its figure is the median; a variant decoding as the default does
-    (K as wide as the vocabulary) has every summary the default's. (The tiny vocabulary is
+    """The default and two variants, two rounds each, on the trained tiny model (each run
+    in process here, as the child runs it): every arm's rounds are kept in turn, its figure is
+    its median round and its peak RSS its largest; a variant decoding as the default does (K
+    as wide as the vocabulary) has every summary the default's. (The tiny vocabulary is
     narrower than one shortlist's column padding, so K = 1 decodes the same words too.)"""
-    import copy
+    import json
+    import os
 
-    from pgn_tf import config as config_lib
     from pgn_tf.model_dir import ModelDir
 
     mdir = ModelDir(trained_model_dir)
-    cfg = mdir.read_config()
-    variants = {name: config_lib.apply_overrides(copy.deepcopy(cfg), [f"decode.shortlist={k}"])
-                .decode for name, k in (("wide", 100_000), ("narrow", 1))}
-    got = compare_decoding.our_decoding(cfg, trained_model_dir, mdir.latest_checkpoint(),
-                                        corpus["validation"], 8, 8, variants, rounds=2)
+    job = {"config": os.path.join(trained_model_dir, "config.json"), "set": [],
+           "model_dir": trained_model_dir, "checkpoint": mdir.latest_checkpoint(),
+           "data": corpus["validation"], "max_tokens": 8, "min_tokens": 8}
+    seen = []
+
+    def decode(j):
+        seen.append(j["set"])
+        return compare_decoding.run_decoding_job(json.dumps(j))
+
+    variants = [("wide", ["decode.shortlist=100000"]), ("narrow", ["decode.shortlist=1"])]
+    got = compare_decoding.interleaved_decoding(job, variants, rounds=2, decode=decode)
+    assert seen == [[], ["decode.shortlist=100000"], ["decode.shortlist=1"]] * 2
     assert got["articles"] == 40 and len(got["rounds_articles_per_sec"]) == 2
     # the median of two rounds: the faster (the lower middle of their times)
     assert got["articles_per_sec"] == max(got["rounds_articles_per_sec"])
@@ -152,6 +161,7 @@ def test_the_interleaved_decodings_time_every_arm_each_round(trained_model_dir, 
     assert 0.0 <= got["variants"]["narrow"]["identical_to_default_pct"] <= 100.0
     assert len(got["variants"]["narrow"]["rounds_articles_per_sec"]) == 2
     assert got["mean_tokens"] == 8 and got["peak_rss_mib"] > 0
+    assert "tokens" not in got and "tokens" not in got["variants"]["wide"]
 
 
 # -- the digests mode and peak RSS ---------------------------------------------------------------
