@@ -25,6 +25,8 @@ import socket
 import subprocess
 import time
 
+from pgn_tf.serving.process import stop_server
+
 MODEL_ID = 100
 URL_ROOT = "/translator"
 
@@ -101,12 +103,11 @@ def start(peer_work: str, conf: str, work_dir: str, timeout: float = 300.0
         f.write(LAUNCHER)
     port = _free_port()
     log_path = os.path.join(work_dir, "onmt_server.log")
-    log = open(log_path, "w")  # noqa: SIM115  (the server writes to it until stop())
-    proc = subprocess.Popen(
-        [python, launcher, "--ip", "127.0.0.1", "--port", str(port), "--url_root", URL_ROOT,
-         "--model_config", conf], stdout=log, stderr=subprocess.STDOUT, cwd=work_dir,
-        env=dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count() or 1)))
-    proc.log = log
+    with open(log_path, "w") as log:  # the child writes to its own copy of the descriptor
+        proc = subprocess.Popen(
+            [python, launcher, "--ip", "127.0.0.1", "--port", str(port), "--url_root",
+             URL_ROOT, "--model_config", conf], stdout=log, stderr=subprocess.STDOUT,
+            cwd=work_dir, env=dict(os.environ, OMP_NUM_THREADS=str(os.cpu_count() or 1)))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
         try:
@@ -114,7 +115,7 @@ def start(peer_work: str, conf: str, work_dir: str, timeout: float = 300.0
             return proc, port
         except (OSError, http.client.HTTPException, ValueError):
             time.sleep(0.5)  # polling a starting process: no event to wait on
-    stop(proc)
+    stop_server(proc)
     raise RuntimeError(f"the reference's server did not come up; see {log_path}")
 
 
@@ -138,12 +139,3 @@ def translate(port: int, sources: list[str], timeout: float = 120.0,
                          f"{(out.get('error') if isinstance(out, dict) else out)!r:.200}")
     return [r["tgt"] for r in out[0]]
 
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    getattr(proc, "log", None) and proc.log.close()

@@ -160,14 +160,14 @@ def run_arm(arm: str, a, articles: list[str], work_dir: str) -> list[dict]:
         n = a.forced_length
         peer_server.write_config(conf, model, PEER_BEAM, n or 0, n or a.peer_max_length)
         proc, port = peer_server.start(a.peer_work, conf, work_dir)
-        make, stop, what = peer_clients(port, a.peer_src_tokens), peer_server.stop, model
+        make, what = peer_clients(port, a.peer_src_tokens), model
         first = lambda: peer_server.translate(  # noqa: E731
             port, [peer_server.peer_tokens(articles[0], a.peer_src_tokens)])[0]
     else:
         extra = (["--enable_batching", "--batching_parameters_file", batching_file(a, work_dir)]
                  if arm == "batched" else [])
         proc, port, _ = start_server(a.model_base_path, a.model_name, extra)
-        make, stop, what = grpc_clients(port, a.model_name), stop_server, a.model_base_path
+        make, what = grpc_clients(port, a.model_name), a.model_base_path
         first = lambda: summarize(  # noqa: E731  (and the warm-up)
             f"127.0.0.1:{port}", a.model_name, articles[:1])[0]
     rows = []
@@ -184,7 +184,7 @@ def run_arm(arm: str, a, articles: list[str], work_dir: str) -> list[dict]:
                   f"{res['p50_ms']} ms, p99 {res['p99_ms']} ms, {res['failures']} failures, "
                   f"peak RSS {rows[-1]['peak_rss_mib']} MiB", flush=True)
     finally:
-        stop(proc)
+        stop_server(proc)
     return rows
 
 

@@ -45,6 +45,8 @@ class SavedModelSummarizer(SummarizerAPI):
         self.serve = self.loaded.signatures[contract.SERVING_DEFAULT]
         self.verbose = self.loaded.signatures[contract.SUMMARIZE_VERBOSE]
         self.options = self.loaded.signatures[contract.SUMMARIZE_OPTIONS]
+        # a shortlisted export's summarize_options takes the request's K
+        self.takes_shortlist = contract.SHORTLIST in self.options.structured_input_signature[1]
 
     @staticmethod
     def _check(request: DecodeRequest, what: str) -> None:
@@ -74,7 +76,7 @@ class SavedModelSummarizer(SummarizerAPI):
             scalars = {contract.BEAM_SIZE: request.beam_size or dc.beam_size,
                        contract.MAX_DECODE_STEPS: dc.max_dec_steps,
                        contract.MIN_DECODE_STEPS: dc.min_dec_steps}
-            if contract.SHORTLIST in self.options.structured_input_signature[1]:
+            if self.takes_shortlist:
                 scalars[contract.SHORTLIST] = (dc.shortlist if request.shortlist is None
                                                else request.shortlist)
             elif request.shortlist is not None:
