@@ -54,6 +54,8 @@ def repo(tmp_path):
         _speed("AVX2-only", "2026-01-02 11:00 UTC", 2.2, 2.6, variant="decode.jit_step=true"),
         _speed("AVX2-only", "2026-01-02 09:00 UTC", None, 3.6,
                decode_variant="decode.shortlist=2000"),
+        {**_speed("AVX2-only", "2026-01-02 09:00 UTC", None, 3.1,
+                  decode_variant="decode.shortlist=5000"), "readme": False},
         _speed("AMX", "2026-01-02 12:00 UTC", 2.6, 9.0, forced=None, corpus=rr.DIGESTS),
         _quality("blocks", "lead baseline", rr.DIGESTS, 34.0, headline=True,
                  note="digits as '#'"),
@@ -126,13 +128,14 @@ def test_speed_table_takes_the_latest_run_of_each_cpu_type_without_variants(repo
     table = rr.speed_table(records, "")
     assert "| 2.00x | full vocabulary | 2.75x |" in table
     assert "| - | `decode.shortlist=2000` | 3.60x |" in table  # its own row, decoding only
+    assert "shortlist=5000" not in table  # a sweep's point: the runs table's only
     assert "not forced" in table and "9.00x" not in table  # unequal work is not a ratio
 
 
 def test_speed_runs_table_lists_every_run_with_its_variant(repo):
     table = rr.speed_runs_table(rr.load_records(repo / rr.RECORDS), "../../research/records/")
-    assert table.count("\n") == 2 + 5 - 1
-    assert "decode.shortlist=2000" in table
+    assert table.count("\n") == 2 + 6 - 1
+    assert "decode.shortlist=2000" in table and "decode.shortlist=5000" in table
     assert "decode.jit_step=true" in table
     assert "(../../research/records/2026-01-02-b.md)" in table
 

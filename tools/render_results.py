@@ -152,10 +152,12 @@ def quality_table(records: list[dict], corpus: str, prefix: str) -> str:
 def latest_speed(records: list[dict]) -> list[Row]:
     """The latest run of each CPU type and corpus, as the commands run it (no training
     variant), and of each decoding setting measured apart (a row's `decode_variant`, such as
-    decode.shortlist=2000: its own row, after the full vocabulary's)."""
+    decode.shortlist=2000: its own row, after the full vocabulary's). A row marked
+    `"readme": false` (a point of a sweep, such as other shortlist sizes) is left to the runs
+    table."""
     latest: dict[tuple[str, str, str], Row] = {}
     for r in rows_of(records, "speed"):
-        if r.data.get("variant"):
+        if r.data.get("variant") or r.data.get("readme") is False:
             continue
         key = (r.data["cpu"], r.data["corpus"], r.data.get("decode_variant", ""))
         if key not in latest or r.data["run_date"] > latest[key].data["run_date"]:
