@@ -24,6 +24,11 @@ from pgn_tf.metrics import digests, significance
 from research.common import emit
 
 
+def _synopses(row: dict) -> list[str]:
+    """The reference's lines: one synopsis per block of the article."""
+    return [s for s in row["reference"].split("\n") if s.strip()]
+
+
 def block_positions(rows: list[dict], threshold: float = digests.THRESHOLD) -> dict:
     """The figures of one decoded file's digests.
 
@@ -40,7 +45,7 @@ def block_positions(rows: list[dict], threshold: float = digests.THRESHOLD) -> d
     sentences, refs, shorter, unmatched, unmatched_last, uniform = [], [], 0, 0, 0, []
     left_out, left_out_last, short_uniform = 0, 0, []
     for r in rows:
-        synopses = [s for s in r["reference"].split("\n") if s.strip()]
+        synopses = _synopses(r)
         outs = [" ".join(s) for s in digests.sentences(r["decoded"].split())]
         n = len(synopses)
         if n < 2:
@@ -82,7 +87,7 @@ def block_positions(rows: list[dict], threshold: float = digests.THRESHOLD) -> d
 def sentence_counts(rows: list[dict]) -> np.ndarray:
     """Each digest's output sentence count, float64 [n] (the paired tests' input)."""
     return np.array([len(digests.sentences(r["decoded"].split())) for r in rows
-                     if len([s for s in r["reference"].split("\n") if s.strip()]) >= 2],
+                     if len(_synopses(r)) >= 2],
                     np.float64)
 
 
