@@ -247,6 +247,11 @@ class DecodeConfig:
     # pointer copies the rest (extended ids stay exact). 0: the full vocabulary. Off by
     # default: the summaries it changes are measured before it is turned on.
     shortlist: NonNegativeInt = 0
+    # m > 0, with a shortlist: the softmax mass outside the candidates is estimated from m of
+    # the words outside them (pgn_tf.decoding.shortlist.tail_sample), so that a candidate's
+    # P_vocab is not inflated by the renormalisation, which favours generating over copying.
+    # 0: the candidates' softmax renormalised. Off by default until measured.
+    shortlist_tail: NonNegativeInt = 0
 
 
 # decode.jit_step: the source length a compiled step sees is padded up to a multiple of this.

@@ -30,7 +30,8 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     A shortlisted Mixture (its `columns` and `position` set: pgn_tf.decoding.shortlist) has
     P_vocab over its C candidate columns: the bans and the article's ids are mapped to their
     columns, and the columns chosen back to vocabulary ids; a word without a column is never
-    a candidate (its probability is 0), so a ban on it is moot.
+    a candidate (its probability is 0), so a ban on it is moot. Its vocab_scale, if any,
+    scales P_vocab (not the copy).
     """
     n, c, v = tf.shape(seq)[0], mixture_columns(mix), mixture_vocab(mix)
     ban_idx, ban_values = constraints.ban_entries(n, seq, step)
@@ -54,6 +55,7 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
         tf.cast(ban & ~in_vocab, tf.int32)) > 0
 
     p_gen = tf.cast(mix.p_gen, tf.float32)[:, None]
+    p_gen_vocab = p_gen if mix.vocab_scale is None else p_gen * mix.vocab_scale[:, None]
     # The vocabulary's candidates, less those in the article (scored below with their copies).
     k_vocab = tf.minimum(pool, c)
     vocab_p, vocab_ids = row_top_k(banned_probs, k_vocab, chunk)  # [N, P]
@@ -62,7 +64,7 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     ext_ids = tf.cast(mix.ext_ids, tf.int32)
     real = tf.reduce_any(tf.equal(vocab_ids[:, :, None], ext_ids[:, None, :])
                          & mix.first[:, None, :], axis=2)  # [N, P]: in the article
-    vocab_logp = tf.where(vocab_p < 0, NEG_INF, tf.math.log(tf.maximum(p_gen * vocab_p, 1e-30)))
+    vocab_logp = tf.where(vocab_p < 0, NEG_INF, tf.math.log(tf.maximum(p_gen_vocab * vocab_p, 1e-30)))
     vocab_logp = tf.where(real, float("-inf"), vocab_logp)
     # The article's tokens: copy attention summed per id, at its first position.
     copy = tf.math.unsorted_segment_sum(
@@ -78,7 +80,7 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
         is_vocab &= src_col < c
         src_col = tf.minimum(src_col, c - 1)
     at_src = tf.where(is_vocab, tf.gather(banned_probs, src_col, batch_dims=1), 0.0)
-    gen = p_gen * tf.maximum(at_src, 0.0)
+    gen = p_gen_vocab * tf.maximum(at_src, 0.0)
     src_banned = tf.where(
         is_vocab, at_src < 0,
         tf.gather(oov_banned, tf.clip_by_value(ext_ids - v + 1, 0, m), batch_dims=1))

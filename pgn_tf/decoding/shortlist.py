@@ -22,6 +22,18 @@ P_vocab(j) / sum_{i in C} P_vocab(i). A word outside the set has probability 0. 
 article words keep their extended ids V + i, and the search sees vocabulary ids throughout:
 the maps (`to_vocab`, and a Mixture's `columns` and `position`, decoding.mixture) translate.
 
+The renormalised softmax gives every candidate word P_vocab(j) / P_vocab(C), more than its
+full probability by the mass outside C, and so favours a generated word over a copied one
+(eq. 9's p_gen P_vocab against (1 - p_gen) sum a_i). Over a multi-sentence summary those
+shifts add up: on the digests' 50k vocabulary a small K changed many summaries though no
+full-vocabulary summary wrote a word outside C (docs/summarizing.md). With decode.shortlist_tail = m > 0 the mass
+outside C is estimated from m of its words (`tail_sample`): the outside ids, in ascending
+(frequency) order, taken at m even steps, each standing for (V - C) / m words, so that
+Z_rest ~ (V - C) / m * sum_s exp(z_s) and P_vocab(j) ~ exp(z_j) / (Z_C + Z_rest). A sample
+word stands for the words of its own frequency band, whose biases are alike. The estimate is
+exact when m is a multiple of V - C (each outside word then taken m / (V - C) times), and
+costs an [H, m] product a step.
+
 Core TensorFlow ops only: an export runs them under stock TF Serving.
 """
 
@@ -33,7 +45,7 @@ from pgn_tf.layers.pointer import SHORTLIST_KEY as KEY
 from pgn_tf.layers.pointer import shortlist_to_vocab as to_vocab
 from pgn_tf.vocab import SPECIAL_TOKENS
 
-__all__ = ["KEY", "candidate_columns", "candidates", "positions", "to_vocab"]
+__all__ = ["KEY", "candidate_columns", "candidates", "positions", "tail_sample", "to_vocab"]
 
 COLUMN_MULTIPLE = 128  # the candidate columns are padded up to a multiple of this
 
@@ -61,10 +73,32 @@ def positions(columns: tf.Tensor, vocab_size: int) -> tf.Tensor:
                                        tf.range(c))
 
 
-def candidates(enc_ids: tf.Tensor, vocab_size: int, frequent: int) -> dict:
+def tail_sample(position: tf.Tensor, columns: tf.Tensor,
+                size: int) -> tuple[tf.Tensor, tf.Tensor]:
+    """(ids int32 [size], log_weight float32 []): `size` of the vocabulary ids without a
+    column (position int32 [V], `positions` of columns int32 [C]: C where an id has none), at
+    even steps through them in ascending order, and the log of the number of outside ids each
+    stands for, log((V - C) / size); -inf when every id has a column (nothing is outside: the
+    ids are then [PAD]s that count for nothing)."""
+    outside = tf.cast(tf.where(position >= tf.size(columns))[:, 0], tf.int32)  # [V - C]
+    t = tf.size(outside)
+    step = (tf.range(size, dtype=tf.float32) + 0.5) * tf.cast(t, tf.float32) / size
+    at = tf.where(t > 0, tf.minimum(tf.cast(step, tf.int32), t - 1), t)  # t: the [PAD] below
+    ids = tf.gather(tf.concat([outside, [0]], 0), at)
+    log_weight = tf.where(t > 0, tf.math.log(tf.cast(t, tf.float32) / size), float("-inf"))
+    return ids, log_weight
+
+
+def candidates(enc_ids: tf.Tensor, vocab_size: int, frequent: int, tail: int = 0) -> dict:
     """The batch's shortlist as a search state holds it (under SHARED, KEY): columns int32 [C]
-    (`candidate_columns`) and position int32 [V] (`positions`). The caller adds the output
-    layer's kernel [H, C] and bias [C] at those columns (the model's `shortlist_projection`),
+    (`candidate_columns`) and position int32 [V] (`positions`); with tail = m > 0 (the
+    mass outside C estimated, module docstring) also tail_ids int32 [m] and tail_log_weight
+    float32 [] (`tail_sample`). The caller adds the output layer's kernel [H, C] and bias
+    [C] at those columns (the model's `shortlist_projection`), and at the tail's ids,
     once for the whole search."""
     columns = candidate_columns(enc_ids, vocab_size, frequent)
-    return {"columns": columns, "position": positions(columns, vocab_size)}
+    short = {"columns": columns, "position": positions(columns, vocab_size)}
+    if tail:
+        short["tail_ids"], short["tail_log_weight"] = tail_sample(short["position"], columns,
+                                                                  tail)
+    return short

@@ -201,13 +201,17 @@ class Summarizer(SummarizerAPI, tf.Module):
 
     def _shortlist(self, enc_ids: tf.Tensor, frequent: int) -> dict:
         """The batch's shortlist (shortlist_lib.candidates) with the model's vocabulary layer
-        at its columns; a ValueError for a model without one such layer."""
+        at its columns, and at the tail's sample with decode.shortlist_tail; a ValueError for
+        a model without one such layer."""
         project = getattr(self.model, "shortlist_projection", None)
         if project is None:
             raise ValueError("decode.shortlist needs model.model_type=pointer_generator (the "
                              "other models' output layers have no shortlist), or set it to 0")
-        short = shortlist_lib.candidates(enc_ids, self.model.vocab_size, frequent)
+        short = shortlist_lib.candidates(enc_ids, self.model.vocab_size, frequent,
+                                         tail=self.cfg.decode.shortlist_tail)
         short["kernel"], short["bias"] = project(short["columns"])
+        if "tail_ids" in short:
+            short["tail_kernel"], short["tail_bias"] = project(short["tail_ids"])
         return short
 
     def _decode_step(self, mixture: bool) -> Callable:

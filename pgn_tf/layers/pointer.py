@@ -104,7 +104,9 @@ class Mixture(NamedTuple):
     slots (the dense distribution's width). With a vocabulary shortlist
     (pgn_tf.decoding.shortlist) the logits cover its C candidate columns only, [N, C]:
     columns int32 [C] holds the vocabulary id of each column and position int32 [V] each id's
-    column (C: none); both None without one (column j is id j).
+    column (C: none); both None without one (column j is id j). vocab_scale float32 [N] (or
+    None: 1) scales P_vocab: a shortlist's estimate of the share of the full softmax its
+    candidates hold (decode.shortlist_tail), so that P(w) = p_gen s P_vocab(w) + the copy.
     """
 
     logits: tf.Tensor
@@ -116,6 +118,7 @@ class Mixture(NamedTuple):
     width: tf.Tensor
     columns: tf.Tensor | None = None
     position: tf.Tensor | None = None
+    vocab_scale: tf.Tensor | None = None
 
 
 # The entry of a search state's SHARED dict holding a batch's vocabulary shortlist
@@ -170,6 +173,8 @@ def dense_distribution(mix: Mixture) -> tf.Tensor:
     as a pointer model's step returns it without `mixture` (for greedy search, sampling and
     the rescoring features, which read every column)."""
     vocab_dist = tf.nn.softmax(mix.logits)
+    if mix.vocab_scale is not None:
+        vocab_dist *= mix.vocab_scale[:, None]
     if mix.position is not None:  # a shortlist's columns: the other words have probability 0
         vocab_dist = shortlist_to_vocab(vocab_dist, mix.position)
     probs = final_distribution(vocab_dist, mix.attn, mix.p_gen[:, None], mix.ext_ids,

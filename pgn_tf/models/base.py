@@ -41,12 +41,13 @@ class SummarizationModel(keras.Model):
         return self.embedding(tf.where(ids >= self.vocab_size, UNK_ID, ids))
 
     @staticmethod
-    def mixture(logits, p_gen, attn, enc) -> Mixture:
+    def mixture(logits, p_gen, attn, enc, vocab_scale=None) -> Mixture:
         """eq. 9's parts for the beam search (layers.pointer.Mixture): P_vocab's logits
         float32 [N, V], p_gen [N], attn [N, L], with the source's copy slots from `enc` (the
         search's inputs compute them once an article: "copy_slot", "copy_first"), or here.
         With a shortlist in `enc` (pgn_tf.decoding.shortlist) the logits are its [N, C]
-        columns' and the Mixture carries its id maps."""
+        columns' and the Mixture carries its id maps; vocab_scale [N] (or None) scales P_vocab
+        (a shortlist's estimated share of the full softmax, Mixture)."""
         if "copy_slot" in enc:
             slot, first = enc["copy_slot"], enc["copy_first"]
         else:
@@ -59,7 +60,8 @@ class SummarizationModel(keras.Model):
             vocab = vocab_width(position[None, :])
         return Mixture(logits=logits, p_gen=p_gen, attn=tf.cast(attn, tf.float32),
                        ext_ids=enc["ext_ids"], slot=slot, first=first,
-                       width=vocab + enc["max_oovs"], columns=columns, position=position)
+                       width=vocab + enc["max_oovs"], columns=columns, position=position,
+                       vocab_scale=vocab_scale)
 
     @staticmethod
     def copy_inputs(enc_ids, enc_ext_ids=None, num_oovs=None) -> dict:

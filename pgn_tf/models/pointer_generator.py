@@ -190,7 +190,10 @@ class PointerGenerator(SummarizationModel):
         (kept for the interface). A shortlist in enc[SHARED] (decode.shortlist,
         pgn_tf.decoding.shortlist) runs the vocabulary layer over its C columns only, with the
         kernel and bias `shortlist_projection` gathered once a batch: the logits are [N, C],
-        and a dense distribution gives every word outside the shortlist probability 0."""
+        and a dense distribution gives every word outside the shortlist probability 0. With
+        the shortlist's tail sample (decode.shortlist_tail) P_vocab over the candidates is
+        scaled by Z_C / (Z_C + Z_rest), the estimated share of the full softmax they hold
+        (the generation mass outside C is dropped: no word there is a candidate)."""
         del step
         output, state, extras = self.cell(self.embed_ids(ids), state, enc,
                                           per_article=per_article)
@@ -202,14 +205,26 @@ class PointerGenerator(SummarizationModel):
                              tf.float32)  # [N, C]
         p_gen = tf.sigmoid(tf.cast(extras["p_gen_logit"], tf.float32))
         extras = {"attn": extras["attn"], "p_gen": p_gen}
+        log_kept = None  # log Z_C / (Z_C + Z_rest), [N]
+        if short is not None and "tail_kernel" in short:
+            tail = tf.cast(tf.matmul(output, short["tail_kernel"]) + short["tail_bias"],
+                           tf.float32)  # [N, m]
+            log_rest = tf.reduce_logsumexp(tail, -1) + short["tail_log_weight"]
+            log_kept = -tf.nn.softplus(log_rest - tf.reduce_logsumexp(logits, -1))
         if not self.pointer_gen:
             log_probs = tf.nn.log_softmax(logits)
+            if log_kept is not None:
+                log_probs += log_kept[:, None]
             if short is not None:  # log 0 floored as the pointer's distribution is
                 log_probs = shortlist_to_vocab(log_probs, short["position"], _LOG_FLOOR)
             return log_probs, state, extras
+        kept = None if log_kept is None else tf.exp(log_kept)
         if mixture:
-            return self.mixture(logits, p_gen, extras["attn"], enc), state, extras
+            return (self.mixture(logits, p_gen, extras["attn"], enc, vocab_scale=kept), state,
+                    extras)
         vocab_dist = tf.nn.softmax(logits)
+        if kept is not None:
+            vocab_dist *= kept[:, None]
         if short is not None:
             vocab_dist = shortlist_to_vocab(vocab_dist, short["position"])  # [N, V]
         probs = final_distribution(

@@ -122,14 +122,74 @@ def test_the_shortlisted_step_is_the_full_one_renormalised_over_its_candidates(s
     np.testing.assert_allclose(dense[rows, ext[oov]], want_log[rows, ext[oov]], rtol=1e-5)
 
 
+def test_the_tail_sample_steps_evenly_through_the_ids_outside_the_candidates():
+    """decode.shortlist_tail: m ids outside the columns at even steps in ascending order,
+    each standing for (V - C) / m of them; every outside id once when m = V - C; [PAD]s
+    weighing nothing when nothing is outside."""
+    columns = tf.constant([0, 1, 2, 3, 4, 7], tf.int32)
+    pos = shortlist.positions(columns, 12)  # outside: 5, 6, 8, 9, 10, 11
+    ids, log_w = shortlist.tail_sample(pos, columns, 6)
+    assert ids.numpy().tolist() == [5, 6, 8, 9, 10, 11] and abs(float(log_w)) < 1e-7
+    ids, log_w = shortlist.tail_sample(pos, columns, 3)
+    assert ids.numpy().tolist() == [6, 9, 11]  # outside ids 1, 3, 5: at (i + 0.5) * 2
+    assert float(log_w) == pytest.approx(np.log(2.0))
+    ids, log_w = shortlist.tail_sample(pos, columns, 12)  # each outside id twice
+    assert ids.numpy().tolist() == [5, 5, 6, 6, 8, 8, 9, 9, 10, 10, 11, 11]
+    assert float(log_w) == pytest.approx(np.log(0.5))
+    every = tf.range(12)
+    ids, log_w = shortlist.tail_sample(shortlist.positions(every, 12), every, 4)
+    assert ids.numpy().tolist() == [0, 0, 0, 0] and float(log_w) == -np.inf
+
+
+@pytest.mark.parametrize("frequent", [1, 5, 200])
+@pytest.mark.parametrize("pointer_gen", [True, False])
+def test_a_tail_sample_of_every_outside_word_makes_the_shortlisted_step_exact(frequent,
+                                                                               pointer_gen):
+    """With the tail's mass estimated from every word outside the candidates (m = V - C,
+    each once: the estimate is the mass itself) a candidate's probability is the full
+    step's, eq. 9's p_gen P_vocab(w) + (1 - p_gen) sum a_i with P_vocab over the whole
+    vocabulary, the copy mass untouched; without the sample it is inflated by 1 / P_vocab(C)
+    (the test above)."""
+    s = make_summarizer(pointer_gen=pointer_gen, seed=11)
+    feats = s.encode_text(tf.constant(random_articles(1, 3)))
+    full = _step(s, feats, 0, mixture=False).numpy()
+    cols = shortlist.candidate_columns(feats["enc_ids"], V, frequent).numpy()
+    member = np.zeros(full.shape[1], bool)
+    member[cols] = True
+    member[V:] = True  # the OOV article words, copied only
+
+    def shortlisted(tail, mixture):
+        t = make_summarizer(pointer_gen=pointer_gen, seed=11, shortlist_tail=tail)
+        out = _step(t, feats, frequent, mixture=mixture)
+        return dense_distribution(out).numpy() if mixture else out.numpy()
+
+    exact = shortlisted(V - len(cols), mixture=False)
+    np.testing.assert_allclose(exact[:, member], full[:, member], rtol=1e-5, atol=1e-5)
+    if pointer_gen:
+        np.testing.assert_allclose(shortlisted(V - len(cols), mixture=True)[:, member],
+                                   full[:, member], rtol=1e-5, atol=1e-5)
+    twice = shortlisted(2 * (V - len(cols)), mixture=False)  # each twice, weighing 1/2
+    np.testing.assert_allclose(twice[:, member], full[:, member], rtol=1e-5, atol=1e-5)
+    renormalised = shortlisted(0, mixture=False)
+    assert (renormalised[:, member] >= full[:, member] - 1e-5).all()
+    assert (renormalised[:, member] - full[:, member]).max() > 0.1
+
+
+@pytest.fixture(scope="module")
+def tailed():
+    return make_summarizer(shortlist_tail=37)
+
+
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("bans", [False, True])
-def test_the_mixture_of_a_shortlist_picks_what_its_dense_distribution_does(summarizer, seed,
-                                                                          bans):
+@pytest.mark.parametrize("tail", [False, True])
+def test_the_mixture_of_a_shortlist_picks_what_its_dense_distribution_does(summarizer, tailed,
+                                                                          seed, bans, tail):
     """The beam search's scoring of a shortlisted Mixture (columns mapped back to ids, bans
-    mapped to columns) against top_k over its dense distribution, the constraints included."""
+    mapped to columns, P_vocab scaled by the tail's estimate with decode.shortlist_tail)
+    against top_k over its dense distribution, the constraints included."""
     rng = np.random.default_rng(seed)
-    s = summarizer
+    s = tailed if tail else summarizer
     b, beam, steps = 3, 4, 6
     feats = s.encode_text(tf.constant(random_articles(seed, b)))
     state, step_fn = s.search_inputs(feats, beam, mixture=True, shortlist=10)
@@ -148,6 +208,7 @@ def test_the_mixture_of_a_shortlist_picks_what_its_dense_distribution_does(summa
     constraints = Constraints(STOP, **kw)
     alive = rng.normal(size=(b, beam)).astype("float32")
     step = tf.constant(5)
+    assert (mix.vocab_scale is not None) == tail
     got, valid, _ = assert_candidates_match_dense(mix, constraints, seq, step, alive, 2 * beam)
     tokens = got[2].numpy()[valid]
     assert np.isin(tokens[tokens < V], mix.columns.numpy()).all()
@@ -223,10 +284,12 @@ def test_a_small_shortlist_searches_the_renormalised_distribution(decode):
     assert emitted_rare > 0  # article words and top-up words do come out
 
 
-def test_the_compiled_step_decodes_what_the_plain_shortlisted_step_does():
-    """decode.jit_step with a shortlist: the candidate columns a multiple of 128 (a few widths,
-    each compiled once), the same summaries as the plain shortlisted step."""
-    plain = make_summarizer(seed=5, shortlist=20)
+@pytest.mark.parametrize("tail", [0, 300])
+def test_the_compiled_step_decodes_what_the_plain_shortlisted_step_does(tail):
+    """decode.jit_step with a shortlist (and its tail's estimate): the candidate columns a
+    multiple of 128 (a few widths, each compiled once), the same summaries as the plain
+    shortlisted step."""
+    plain = make_summarizer(seed=5, shortlist=20, shortlist_tail=tail)
     cfg = copy.deepcopy(plain.cfg)
     cfg.decode.jit_step = True
     jit = Summarizer(plain.model, plain.vocab, cfg.validate())
@@ -274,12 +337,13 @@ def test_a_shortlisted_export_summarizes_as_in_process(tmp_path):
     own K through summarize_options' `shortlist` input, 0 giving the full vocabulary's
     summaries: core ops only, the served summaries the in-process ones, the input's range in
     the serving contract and asserted by the graph; SavedModelSummarizer passes a request's
-    shortlist, and refuses one for an export without the input."""
+    shortlist, and refuses one for an export without the input. The export estimates the
+    mass outside the candidates (decode.shortlist_tail), which a K of 0 leaves nothing for."""
     from pgn_tf.inference.saved_model import SavedModelSummarizer
     from pgn_tf.saved_model import contract, export, graph_check
     from pgn_tf.utils.errors import UserError
 
-    s = make_summarizer(seed=9, shortlist=5)
+    s = make_summarizer(seed=9, shortlist=5, shortlist_tail=50)
     path = str(tmp_path / "1")
     limits = export.option_limits(s.cfg)
     assert limits[contract.SHORTLIST] == (0, s.cfg.data.vocab_size)
