@@ -64,7 +64,8 @@ def mixture_candidates(mix: Mixture, constraints: Constraints, seq: tf.Tensor, s
     ext_ids = tf.cast(mix.ext_ids, tf.int32)
     real = tf.reduce_any(tf.equal(vocab_ids[:, :, None], ext_ids[:, None, :])
                          & mix.first[:, None, :], axis=2)  # [N, P]: in the article
-    vocab_logp = tf.where(vocab_p < 0, NEG_INF, tf.math.log(tf.maximum(p_gen_vocab * vocab_p, 1e-30)))
+    vocab_logp = tf.where(vocab_p < 0, NEG_INF,
+                          tf.math.log(tf.maximum(p_gen_vocab * vocab_p, 1e-30)))
     vocab_logp = tf.where(real, float("-inf"), vocab_logp)
     # The article's tokens: copy attention summed per id, at its first position.
     copy = tf.math.unsorted_segment_sum(

@@ -26,9 +26,10 @@ The renormalised softmax gives every candidate word P_vocab(j) / P_vocab(C), mor
 full probability by the mass outside C, and so favours a generated word over a copied one
 (eq. 9's p_gen P_vocab against (1 - p_gen) sum a_i). Over a multi-sentence summary those
 shifts add up: on the digests' 50k vocabulary a small K changed many summaries though no
-full-vocabulary summary wrote a word outside C (docs/summarizing.md). With decode.shortlist_tail = m > 0 the mass
-outside C is estimated from m of its words (`tail_sample`): the outside ids, in ascending
-(frequency) order, taken at m even steps, each standing for (V - C) / m words, so that
+full-vocabulary summary wrote a word outside C (docs/summarizing.md). With
+decode.shortlist_tail = m > 0 the mass outside C is estimated from m of its words
+(`tail_sample`): the outside ids, in ascending (frequency) order, taken at m even steps, each
+standing for (V - C) / m words, so that
 Z_rest ~ (V - C) / m * sum_s exp(z_s) and P_vocab(j) ~ exp(z_j) / (Z_C + Z_rest). A sample
 word stands for the words of its own frequency band, whose biases are alike. The estimate is
 exact when m is a multiple of V - C (each outside word then taken m / (V - C) times), and
