@@ -149,7 +149,8 @@ def interleaved_decoding(job: dict, variants: list[tuple[str, list[str]]], round
                 print(f"   {res['articles_per_sec']} articles/s", flush=True)
     figures = {}
     for name, done in runs.items():
-        fig = dict(sorted(done, key=lambda x: x["seconds"])[(len(done) - 1) // 2])
+        # by rate, not by the rounded seconds: a tie there would pick a round at random
+        fig = dict(sorted(done, key=lambda x: -x["articles_per_sec"])[(len(done) - 1) // 2])
         fig["rounds_articles_per_sec"] = [x["articles_per_sec"] for x in done]
         fig["peak_rss_mib"] = max(x["peak_rss_mib"] or 0 for x in done) or None
         figures[name] = fig
